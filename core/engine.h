@@ -1,0 +1,100 @@
+// The deterministic event-time engine: watermarks -> windows -> aggregates -> emissions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/emission.h"
+#include "core/event.h"
+#include "core/pipeline.h"
+#include "core/quantile.h"
+#include "core/result.h"
+
+namespace tidemark::core {
+
+/// Counters and gauges of one pipeline. Counters are cumulative and part of the checkpoint, so
+/// they survive restarts and replay identically.
+struct PipelineStats {
+    uint64_t events_in = 0;
+    uint64_t late_updated = 0;   // late events that updated (and re-fired) a window
+    uint64_t too_late = 0;       // late events past the allowed lateness (dropped or side output)
+    uint64_t side_outputs = 0;
+    uint64_t clamped = 0;        // events stamped more than max_future ahead of ingest
+    uint64_t keys_refused = 0;   // events refused because keys_max was reached
+    uint64_t windows_refused = 0;  // events refused because open_windows_max was reached
+    uint64_t emitted_final = 0;
+    uint64_t emitted_update = 0;
+    uint64_t emitted_retract = 0;
+    // Gauges.
+    uint64_t keys = 0;
+    uint64_t open_windows = 0;  // slices or sessions holding state, plus fired windows kept
+    uint64_t state_bytes = 0;
+    uint64_t partitions_active = 0;
+    uint64_t partitions_idle = 0;
+    int64_t watermark_ms = 0;    // global scope: the pipeline's; partition scope: the minimum
+    int64_t ingest_ms = 0;       // the newest ingest time seen
+    QuantileSketch lag_ms;       // ingest_ms - event_ms of every event (before clamping)
+};
+
+/// Receives the state changes of a checkpoint: opaque keys and values that sort so that a store
+/// iterating in key order restores in a deterministic order.
+class StateWriter {
+public:
+    virtual ~StateWriter() = default;
+    virtual void put(std::string_view key, std::string_view value) = 0;
+    virtual void erase(std::string_view key) = 0;
+};
+
+/// Runs every pipeline of a config over the records of the log.
+///
+/// Operation: for each log record call advance(ingest_ms) once, then process() once per pipeline
+/// that the record matched. The engine's only clock is the ingest time of what it reads, so the
+/// same records give the same emissions, byte for byte, live or in replay. Emissions come out in
+/// a fixed order: by window end, then key, then window start.
+/// Concurrency: single-threaded; one owner calls everything.
+/// Limits: keys and open windows per pipeline are bounded by PipelineSpec::limits; past them new
+/// keys/windows are refused and counted. Partitions are bounded by keys_max too.
+class Engine {
+public:
+    static Result<std::unique_ptr<Engine>> create(std::string node_id,
+                                                  std::vector<PipelineSpec> pipelines);
+    ~Engine();
+
+    const std::vector<PipelineSpec>& pipelines() const;
+    /// Index of the pipeline with that name, or -1.
+    int find_pipeline(std::string_view name) const;
+
+    /// Moves every pipeline's clock to `ingest_ms` (never backwards): idle detection, idle
+    /// watermark advance and the windows that this closes.
+    void advance(int64_t ingest_ms, EmissionSink& sink);
+
+    /// Feeds one event to one pipeline. The event's ingest_ms must not be older than the last
+    /// advance(). `event.fields` has one value per field of the pipeline.
+    void process(uint32_t pipeline, const Event& event, EmissionSink& sink);
+
+    const PipelineStats& stats(uint32_t pipeline) const;
+
+    /// Writes every unit of state changed since the last call (windows, partitions, counters)
+    /// and erases the removed ones; the next call starts from there. The first call after
+    /// create() or restore writes everything that exists.
+    void checkpoint(StateWriter& writer);
+
+    /// Restores state written by checkpoint(): call restore_entry for every stored (key, value),
+    /// in any order, then restore_finish. Only on a freshly created engine. State written for a
+    /// pipeline that no longer exists, or under another definition, is refused with a message.
+    Result<void> restore_entry(std::string_view key, std::string_view value);
+    Result<void> restore_finish();
+
+    /// The state's keys for a pipeline all start with this prefix (so a store can drop one).
+    static std::string state_prefix(std::string_view pipeline_name);
+
+private:
+    struct Impl;
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tidemark::core

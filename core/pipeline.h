@@ -1,0 +1,76 @@
+// What one pipeline computes: its window, watermark, late-data policy, aggregates and limits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/aggregate.h"
+#include "core/result.h"
+
+namespace tidemark::core {
+
+enum class WindowType { tumbling, hopping, session };
+
+/// tumbling: size, offset. hopping: size, advance (a window every `advance`, `size` long).
+/// session: gap, max_duration.
+struct WindowSpec {
+    WindowType type = WindowType::tumbling;
+    int64_t size_ms = 60'000;
+    int64_t offset_ms = 0;
+    int64_t advance_ms = 0;
+    int64_t gap_ms = 0;
+    int64_t max_duration_ms = 0;
+};
+
+/// global: one watermark for the pipeline, the minimum over partitions that are not idle.
+/// partition: each partition's windows close on that partition's own watermark.
+enum class WatermarkScope { global, partition };
+
+struct WatermarkSpec {
+    int64_t delay_ms = 0;
+    int64_t idle_timeout_ms = 60'000;
+    int64_t max_future_ms = 600'000;
+    WatermarkScope scope = WatermarkScope::global;
+};
+
+enum class TooLate { drop, side_output };
+enum class Corrections { upsert, retract };
+
+struct LateSpec {
+    int64_t allowed_lateness_ms = 0;
+    TooLate too_late = TooLate::drop;
+    Corrections corrections = Corrections::upsert;
+};
+
+/// Bounds on state. Past a bound, a new key or window is refused and counted, never silently.
+struct Limits {
+    uint64_t keys_max = 100'000;
+    uint64_t open_windows_max = 1'000'000;
+};
+
+struct PipelineSpec {
+    std::string name;
+    std::vector<std::string> fields;  // names of Event::fields, in order
+    WindowSpec window;
+    WatermarkSpec watermark;
+    LateSpec late;
+    std::vector<AggregateSpec> aggregates;
+    QuantileOptions quantile;
+    Limits limits;
+};
+
+/// Refuses windows that cannot work (zero sizes, advance > size, a session without gap) with a
+/// sentence naming the setting. Bounds-vs-budget checks live with the config, which knows sizes.
+Result<void> validate(const PipelineSpec& spec);
+
+/// A stable fingerprint of everything that gives stored state its meaning (window, aggregates,
+/// fields): restoring state written under another definition is refused.
+uint64_t state_fingerprint(const PipelineSpec& spec);
+
+/// How many windows of this pipeline can be open per key at once in steady state (used by the
+/// state-budget arithmetic): hopping keeps size/advance windows plus lateness, and so on.
+uint64_t windows_per_key_estimate(const PipelineSpec& spec);
+
+}  // namespace tidemark::core

@@ -1,0 +1,2 @@
+// placeholder until implemented
+#include "core/quantile.h"

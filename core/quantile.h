@@ -1,0 +1,54 @@
+// A mergeable quantile sketch with a relative-error guarantee and a bounded number of buckets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tidemark::core {
+
+/// Log-bucketed sketch (the DDSketch construction).
+///
+/// Operation: value v > 0 falls in bucket ceil(log_gamma(v)) with gamma = (1 + a) / (1 - a), so
+/// any quantile whose bucket was not collapsed is returned within relative error `a` of a value
+/// of the input at that rank. Negative values use a mirrored store; zero (|v| < 1e-9) its own
+/// count. When more than `buckets_max` buckets are in use, the lowest ones are collapsed into one:
+/// the bound then holds for quantiles above the collapsed range only (the low tail loses
+/// precision, never the high quantiles telemetry alerts on).
+/// Concurrency: none; a plain value type.
+/// Limits: memory is at most buckets_max * 8 bytes plus a vector header; buckets are sparse, so
+/// typical telemetry uses a few dozen.
+class QuantileSketch {
+public:
+    QuantileSketch() = default;
+    QuantileSketch(double relative_error, uint32_t buckets_max);
+
+    void add(double value);
+    /// Merges another sketch made with the same parameters.
+    void merge(const QuantileSketch& other);
+    /// The q-quantile (0 <= q <= 1) of what was added; NaN when empty.
+    double quantile(double q) const;
+    uint64_t count() const { return count_; }
+    bool empty() const { return count_ == 0; }
+    size_t bytes() const;
+
+    /// Appends a portable binary encoding; decode() reads it back (false on damaged input).
+    void encode(std::string& out) const;
+    bool decode(std::string_view& in);
+
+    bool operator==(const QuantileSketch&) const = default;
+
+private:
+    double relative_error_ = 0.01;
+    uint32_t buckets_max_ = 1024;
+    double gamma_log_ = 0;  // ln(gamma), cached
+    uint64_t count_ = 0;
+    uint64_t zero_count_ = 0;
+    // Sorted by index; (bucket index, count).
+    std::vector<std::pair<int32_t, uint64_t>> positive_;
+    std::vector<std::pair<int32_t, uint64_t>> negative_;
+};
+
+}  // namespace tidemark::core
