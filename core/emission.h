@@ -53,7 +53,7 @@ struct SideOutput {
 
 /// Receives what the engine emits, in emission order.
 class EmissionSink {
-public:
+  public:
     virtual ~EmissionSink() = default;
     virtual void emit(const Emission& emission) = 0;
     virtual void side_output(const SideOutput& side) = 0;

@@ -1,2 +1,1246 @@
-// placeholder until implemented
 #include "core/engine.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "core/bytes.h"
+
+namespace tidemark::core {
+namespace {
+
+constexpr int64_t time_min = std::numeric_limits<int64_t>::min();
+constexpr int64_t time_max = std::numeric_limits<int64_t>::max();
+// Windows whose too-late counts are kept for health, newest first: a bound, not a log.
+constexpr size_t too_late_windows_max = 256;
+
+int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+    return q;
+}
+int64_t floor_to(int64_t t, int64_t step, int64_t offset) {
+    return floor_div(t - offset, step) * step + offset;
+}
+int64_t sat_add(int64_t a, int64_t b) {
+    if (b > 0 && a > time_max - b) return time_max;
+    if (b < 0 && a < time_min - b) return time_min;
+    return a + b;
+}
+
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+using Values = std::vector<std::optional<double>>;
+
+void put_values(std::string& out, const Values& v) {
+    bytes::put_u32(out, static_cast<uint32_t>(v.size()));
+    for (const auto& x : v) {
+        out.push_back(x ? 1 : 0);
+        bytes::put_f64(out, x ? *x : 0.0);
+    }
+}
+bool get_values(std::string_view& in, Values& v) {
+    uint32_t n;
+    if (!bytes::get_u32(in, n) || n > 100'000) return false;
+    v.assign(n, std::nullopt);
+    for (auto& x : v) {
+        if (in.empty()) return false;
+        const bool has = in[0] != 0;
+        in.remove_prefix(1);
+        double d;
+        if (!bytes::get_f64(in, d)) return false;
+        if (has) x = d;
+    }
+    return true;
+}
+
+struct KeyState;
+struct Partition;
+
+// One unit of window state: a slice (tumbling, hopping) or a session.
+struct Unit {
+    int64_t start = 0;
+    int64_t end = 0;
+    AggregateState state;
+    bool dirty = true;
+    // Sessions only: whether the session fired, its last revision and (retract mode) values.
+    bool fired = false;
+    uint32_t revision = 0;
+    Values values;
+};
+
+// A tumbling/hopping window that fired and is kept until its lateness horizon.
+struct Fired {
+    int64_t start = 0;
+    int64_t end = 0;
+    uint32_t revision = 0;
+    Values values;  // retract mode only: what the next retract cancels
+};
+
+struct TimerLess {
+    bool operator()(const std::pair<int64_t, KeyState*>& a,
+                    const std::pair<int64_t, KeyState*>& b) const;
+};
+
+// A watermark and the windows that close on it: the pipeline's (scope global) or one
+// partition's (scope partition).
+struct Domain {
+    int64_t watermark = time_min;
+    bool idle = false;  // every partition of the domain is idle: the watermark follows ingest time
+    int64_t idle_since_ms = 0;
+    int64_t idle_base_ms = 0;
+    std::set<std::pair<int64_t, KeyState*>, TimerLess> timers;
+};
+
+struct Partition {
+    std::string name;
+    uint32_t index = 0;
+    int64_t max_event_ms = time_min;
+    int64_t last_ingest_ms = time_min;
+    bool idle = true;  // until its first event
+    bool dirty = false;
+    Partition* prev = nullptr;  // activity list (least recently active first)
+    Partition* next = nullptr;
+    bool listed = false;
+    std::unique_ptr<Domain> domain;       // scope partition only
+    int64_t idle_deadline_ms = time_max;  // scope partition: position in the idle deadline set
+};
+
+struct KeyState {
+    std::string key;
+    Partition* partition = nullptr;  // scope partition: the owner; scope global: the last seen
+    Domain* domain = nullptr;
+    std::vector<Unit> units;              // sorted by start
+    std::vector<Fired> fired;             // sorted by end
+    int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
+    int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
+    bool dirty = false;
+};
+
+bool TimerLess::operator()(const std::pair<int64_t, KeyState*>& a,
+                           const std::pair<int64_t, KeyState*>& b) const {
+    if (a.first != b.first) return a.first < b.first;
+    return a.second->key < b.second->key;
+}
+
+struct DeadlineLess {
+    bool operator()(const std::pair<int64_t, Partition*>& a,
+                    const std::pair<int64_t, Partition*>& b) const {
+        if (a.first != b.first) return a.first < b.first;
+        return a.second->name < b.second->name;
+    }
+};
+
+// Storage keys: prefix, then 'A' pipeline meta | 'K' key (length-prefixed) 'm' meta or 'u'
+// unit start (sortable) | 'P' partition name.
+std::string key_prefix(std::string_view pipeline) {
+    std::string out;
+    out.push_back('\x01');
+    bytes::put_str(out, pipeline);
+    return out;
+}
+
+}  // namespace
+
+// Everything one pipeline keeps and does. See Engine for the contract.
+class Pipeline {
+  public:
+    Pipeline(const std::string& node_id, const PipelineSpec& spec)
+        : node_id_(node_id),
+          spec_(spec),
+          aggs_(spec.aggregates, spec.quantile),
+          prefix_(key_prefix(spec.name)),
+          session_(spec.window.type == WindowType::session),
+          scope_partition_(spec.watermark.scope == WatermarkScope::partition),
+          lateness_ms_(spec.late.allowed_lateness_ms),
+          retract_(spec.late.corrections == Corrections::retract) {
+        const WindowSpec& w = spec.window;
+        size_ms_ = w.size_ms;
+        offset_ms_ = w.offset_ms;
+        advance_ms_ = w.type == WindowType::hopping ? w.advance_ms : w.size_ms;
+        if (!session_) slice_ms_ = std::gcd(size_ms_, advance_ms_);
+        fresh_ = aggs_.make();
+        scratch_ = fresh_;
+        unit_bytes_ = aggs_.bytes_per_window() + sizeof(Unit);
+    }
+
+    const PipelineSpec& spec() const { return spec_; }
+
+    void advance(int64_t now_ms, EmissionSink& sink) {
+        if (now_ms <= now_ms_) return;
+        now_ms_ = now_ms;
+        stats_.ingest_ms = now_ms;
+        meta_dirty_ = true;
+        const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
+        while (active_head_ && sat_add(active_head_->last_ingest_ms, idle_timeout) <= now_ms) {
+            Partition* p = active_head_;
+            const int64_t idle_at = sat_add(p->last_ingest_ms, idle_timeout);
+            unlist(p);
+            p->idle = true;
+            mark_dirty(p);
+            --active_;
+            if (scope_partition_) {
+                Domain& d = *p->domain;
+                d.idle = true;
+                d.idle_since_ms = idle_at;
+                d.idle_base_ms = d.watermark;
+                schedule_idle(p);
+            } else {
+                tree_set(p->index, time_max);
+                if (active_ == 0) {
+                    global_.idle = true;
+                    global_.idle_since_ms = idle_at;
+                    global_.idle_base_ms = global_.watermark;
+                }
+            }
+        }
+        if (scope_partition_) {
+            while (!idle_deadlines_.empty() && idle_deadlines_.begin()->first <= now_ms) {
+                Partition* p = idle_deadlines_.begin()->second;
+                idle_deadlines_.erase(idle_deadlines_.begin());
+                p->idle_deadline_ms = time_max;
+                Domain& d = *p->domain;
+                raise_watermark(d, idle_watermark(d, now_ms));
+                mark_dirty(p);
+                fire_due(d, sink);
+                schedule_idle(p);
+            }
+        } else if (global_.idle) {
+            raise_watermark(global_, idle_watermark(global_, now_ms));
+            fire_due(global_, sink);
+        }
+    }
+
+    void process(const Event& event, EmissionSink& sink) {
+        if (event.ingest_ms > now_ms_) advance(event.ingest_ms, sink);
+        ++stats_.events_in;
+        meta_dirty_ = true;
+        int64_t t = event.event_ms;
+        stats_.lag_ms.add(static_cast<double>(event.ingest_ms) - static_cast<double>(t));
+        if (t > sat_add(event.ingest_ms, spec_.watermark.max_future_ms)) {
+            t = event.ingest_ms;
+            ++stats_.clamped;
+        }
+        std::string_view part_name = event.partition.empty() ? event.key : event.partition;
+        std::string_view key = event.key;
+        if (scope_partition_ && part_name != event.key) {
+            composite_.assign(part_name);
+            composite_.push_back('|');
+            composite_.append(event.key);
+            key = composite_;
+        }
+        KeyState* k = find_key(key);
+        Partition* p = (k && k->partition && k->partition->name == part_name)
+                           ? k->partition
+                           : find_partition(part_name);
+        if (!p) {
+            if (partitions_.size() >= spec_.limits.keys_max) {
+                ++stats_.keys_refused;
+                return;
+            }
+            p = create_partition(part_name);
+        }
+        Domain& d = scope_partition_ ? *p->domain : global_;
+
+        if (session_) {
+            session_event(k, key, p, d, t, event, sink);
+        } else {
+            slice_event(k, key, p, d, t, event, sink);
+        }
+        touch_partition(p, t, event.ingest_ms);
+        if (scope_partition_) {
+            if (p->idle_deadline_ms != time_max) {
+                idle_deadlines_.erase({p->idle_deadline_ms, p});
+                p->idle_deadline_ms = time_max;
+            }
+            d.idle = false;
+            raise_watermark(d, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
+        } else {
+            global_.idle = false;
+            raise_watermark(global_, tree_.empty() ? time_max : tree_[1]);
+        }
+        fire_due(d, sink);
+    }
+
+    const PipelineStats& stats() {
+        stats_.keys = keys_.size();
+        stats_.open_windows = units_total_ + fired_total_;
+        stats_.state_bytes = units_total_ * unit_bytes_ +
+                             fired_total_ * (sizeof(Fired) + 16 * spec_.aggregates.size()) +
+                             keys_.size() * (sizeof(KeyState) + 48) +
+                             partitions_.size() * (sizeof(Partition) + 48);
+        stats_.partitions_active = active_;
+        stats_.partitions_idle = partitions_.size() - active_;
+        if (scope_partition_) {
+            int64_t wm = time_max;
+            for (const Partition* p : partition_list_)
+                wm = std::min(wm, p->domain->watermark);
+            stats_.watermark_ms = partition_list_.empty() ? time_min : wm;
+        } else {
+            stats_.watermark_ms = global_.watermark;
+        }
+        return stats_;
+    }
+
+    const std::vector<std::pair<std::pair<int64_t, int64_t>, uint64_t>>& too_late_windows() const {
+        return too_late_windows_;
+    }
+
+    // --- checkpoint -------------------------------------------------------------------------
+
+    void checkpoint(StateWriter& w) {
+        std::string value;
+        if (!tracking_) {
+            // First checkpoint: everything that exists.
+            for (auto& [name, k] : keys_)
+                write_key(w, *k, true, value);
+            for (Partition* p : partition_list_)
+                write_partition(w, *p, value);
+            tracking_ = true;
+        } else {
+            for (const std::string& key : erased_)
+                w.erase(key);
+            for (const std::string& name : dirty_keys_) {
+                auto it = keys_.find(name);
+                if (it == keys_.end()) continue;
+                write_key(w, *it->second, false, value);
+            }
+            for (Partition* p : dirty_partitions_)
+                write_partition(w, *p, value);
+        }
+        erased_.clear();
+        dirty_keys_.clear();
+        dirty_partitions_.clear();
+        for (Partition* p : partition_list_)
+            p->dirty = false;
+        write_meta(w, value);
+        meta_dirty_ = false;
+    }
+
+    Result<void> restore_entry(std::string_view rest, std::string_view value) {
+        if (rest.empty()) return fail("empty state key");
+        const char type = rest[0];
+        rest.remove_prefix(1);
+        if (type == 'A') return read_meta(value);
+        if (type == 'P') return read_partition(rest, value);
+        if (type == 'K') {
+            std::string_view key;
+            if (!bytes::get_str(rest, key) || rest.empty()) return fail("damaged key record");
+            KeyState* k = find_key(key);
+            if (!k) {
+                auto owned = std::make_unique<KeyState>();
+                owned->key = std::string(key);
+                k = owned.get();
+                keys_.emplace(owned->key, std::move(owned));
+            }
+            const char sub = rest[0];
+            rest.remove_prefix(1);
+            if (sub == 'm') return read_key_meta(*k, value);
+            if (sub == 'u') return read_unit(*k, value);
+            return fail("unknown key record type");
+        }
+        return fail("unknown state record type");
+    }
+
+    Result<void> restore_finish() {
+        if (!meta_seen_ && (!keys_.empty() || !partitions_.empty()))
+            return fail("state of pipeline '" + spec_.name + "' has no meta record");
+        if (meta_seen_ && fingerprint_seen_ != state_fingerprint(spec_))
+            return fail("the stored state of pipeline '" + spec_.name +
+                        "' was written under another definition of its window, aggregates or "
+                        "fields; restore the previous config, or rename the pipeline to start "
+                        "it afresh");
+        // Activity list in order of last ingest; the min-tree over active partitions.
+        std::vector<Partition*> active;
+        for (Partition* p : partition_list_)
+            if (!p->idle) active.push_back(p);
+        std::sort(active.begin(), active.end(), [](const Partition* a, const Partition* b) {
+            if (a->last_ingest_ms != b->last_ingest_ms)
+                return a->last_ingest_ms < b->last_ingest_ms;
+            return a->index < b->index;
+        });
+        for (Partition* p : active) {
+            list_back(p);
+            ++active_;
+            if (!scope_partition_)
+                tree_set(p->index, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
+        }
+        for (auto& [name, k] : keys_) {
+            if (!k->partition) return fail("key record without its partition");
+            k->domain = scope_partition_ ? k->partition->domain.get() : &global_;
+            units_total_ += k->units.size();
+            fired_total_ += k->fired.size();
+            reschedule(*k);
+        }
+        if (scope_partition_)
+            for (Partition* p : partition_list_)
+                if (p->idle) schedule_idle(p);
+        tracking_ = false;  // the first checkpoint after a restore writes everything again
+        return {};
+    }
+
+  private:
+    // --- partitions and watermarks -----------------------------------------------------------
+
+    Partition* find_partition(std::string_view name) {
+        auto it = partitions_.find(name);
+        return it == partitions_.end() ? nullptr : it->second.get();
+    }
+
+    Partition* create_partition(std::string_view name) {
+        auto owned = std::make_unique<Partition>();
+        owned->name = std::string(name);
+        owned->index = static_cast<uint32_t>(partition_list_.size());
+        if (scope_partition_) owned->domain = std::make_unique<Domain>();
+        Partition* p = owned.get();
+        partitions_.emplace(owned->name, std::move(owned));
+        partition_list_.push_back(p);
+        if (!scope_partition_) tree_set(p->index, time_max);
+        return p;
+    }
+
+    void touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
+        mark_dirty(p);
+        if (p->idle) {
+            p->idle = false;
+            ++active_;
+        } else {
+            unlist(p);
+        }
+        list_back(p);
+        p->last_ingest_ms = ingest_ms;
+        const bool raised = event_ms > p->max_event_ms;
+        if (raised) p->max_event_ms = event_ms;
+        if (!scope_partition_ && (raised || tree_leaf(p->index) == time_max))
+            tree_set(p->index, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
+    }
+
+    void mark_dirty(Partition* p) {
+        if (tracking_ && !p->dirty) {
+            p->dirty = true;
+            dirty_partitions_.push_back(p);
+        }
+    }
+
+    void list_back(Partition* p) {
+        p->prev = active_tail_;
+        p->next = nullptr;
+        if (active_tail_)
+            active_tail_->next = p;
+        else
+            active_head_ = p;
+        active_tail_ = p;
+        p->listed = true;
+    }
+
+    void unlist(Partition* p) {
+        if (!p->listed) return;
+        if (p->prev)
+            p->prev->next = p->next;
+        else
+            active_head_ = p->next;
+        if (p->next)
+            p->next->prev = p->prev;
+        else
+            active_tail_ = p->prev;
+        p->prev = p->next = nullptr;
+        p->listed = false;
+    }
+
+    // Minimum over partitions of (max event - delay), idle ones as +inf: an array-backed
+    // tournament tree, so an update costs O(log partitions) and usually stops after a level.
+    int64_t tree_leaf(uint32_t index) const { return tree_[tree_capacity_ + index]; }
+
+    void tree_set(uint32_t index, int64_t value) {
+        if (index >= tree_capacity_) {
+            size_t capacity = std::max<size_t>(16, tree_capacity_);
+            while (capacity <= index)
+                capacity *= 2;
+            std::vector<int64_t> grown(2 * capacity, time_max);
+            for (size_t i = 0; i < tree_capacity_; ++i)
+                grown[capacity + i] = tree_[tree_capacity_ + i];
+            for (size_t i = capacity - 1; i >= 1; --i)
+                grown[i] = std::min(grown[2 * i], grown[2 * i + 1]);
+            tree_ = std::move(grown);
+            tree_capacity_ = capacity;
+        }
+        size_t i = tree_capacity_ + index;
+        tree_[i] = value;
+        for (i /= 2; i >= 1; i /= 2) {
+            const int64_t m = std::min(tree_[2 * i], tree_[2 * i + 1]);
+            if (tree_[i] == m) break;
+            tree_[i] = m;
+        }
+    }
+
+    static int64_t idle_watermark(const Domain& d, int64_t now_ms) {
+        return sat_add(d.idle_base_ms, now_ms - d.idle_since_ms);
+    }
+
+    // A watermark never moves back.
+    void raise_watermark(Domain& d, int64_t candidate) {
+        if (candidate != time_max && candidate > d.watermark) d.watermark = candidate;
+    }
+
+    // Scope partition: when an idle partition's watermark (which follows ingest time) will
+    // reach its earliest timer, as an ingest time.
+    void schedule_idle(Partition* p) {
+        Domain& d = *p->domain;
+        if (p->idle_deadline_ms != time_max) {
+            idle_deadlines_.erase({p->idle_deadline_ms, p});
+            p->idle_deadline_ms = time_max;
+        }
+        if (!d.idle || d.timers.empty()) return;
+        const int64_t due = d.timers.begin()->first;
+        const int64_t deadline = sat_add(d.idle_since_ms, due - d.idle_base_ms);
+        p->idle_deadline_ms = std::max(deadline, now_ms_ + 1);
+        idle_deadlines_.insert({p->idle_deadline_ms, p});
+    }
+
+    // --- keys and timers ---------------------------------------------------------------------
+
+    KeyState* find_key(std::string_view key) {
+        auto it = keys_.find(key);
+        return it == keys_.end() ? nullptr : it->second.get();
+    }
+
+    KeyState* create_key(std::string_view key, Partition* p, Domain& d) {
+        auto owned = std::make_unique<KeyState>();
+        owned->key = std::string(key);
+        owned->partition = p;
+        owned->domain = &d;
+        KeyState* k = owned.get();
+        keys_.emplace(owned->key, std::move(owned));
+        return k;
+    }
+
+    void remove_key(KeyState* k) {
+        TM_ASSERT(k->units.empty() && k->fired.empty());
+        if (k->due_ms != time_max) k->domain->timers.erase({k->due_ms, k});
+        if (tracking_) erased_.push_back(meta_key(k->key));
+        keys_.erase(k->key);
+    }
+
+    void mark_dirty(KeyState& k) {
+        if (tracking_ && !k.dirty) {
+            k.dirty = true;
+            dirty_keys_.push_back(k.key);
+        }
+    }
+
+    void reschedule(KeyState& k) {
+        const int64_t due = session_ ? session_due(k) : slice_due(k);
+        if (due == k.due_ms) return;
+        if (k.due_ms != time_max) k.domain->timers.erase({k.due_ms, &k});
+        k.due_ms = due;
+        if (due != time_max) k.domain->timers.insert({due, &k});
+        if (scope_partition_ && k.domain->idle && k.domain->timers.begin()->first == due)
+            schedule_idle(k.partition);
+    }
+
+    void fire_due(Domain& d, EmissionSink& sink) {
+        while (!d.timers.empty()) {
+            auto it = d.timers.begin();
+            if (it->first > d.watermark) break;
+            const int64_t due = it->first;
+            KeyState* k = it->second;
+            d.timers.erase(it);
+            k->due_ms = time_max;
+            if (session_)
+                session_due_reached(*k, due, d, sink);
+            else
+                slice_due_reached(*k, due, d, sink);
+            if (k->units.empty() && k->fired.empty())
+                remove_key(k);
+            else
+                reschedule(*k);
+        }
+    }
+
+    // --- emissions -----------------------------------------------------------------------
+
+    void emit(EmissionSink& sink, const KeyState& k, int64_t start, int64_t end, EmissionKind kind,
+              uint32_t revision, ClosedBy closed_by, const Values& values, int64_t watermark) {
+        Emission e;
+        e.kind = kind;
+        e.revision = revision;
+        e.key = k.key;
+        e.start_ms = start;
+        e.end_ms = end;
+        e.closed_by = closed_by;
+        e.values = values;
+        e.watermark_ms = watermark;
+        e.id = emission_id(node_id_, spec_.name, k.key, start, end, revision, kind);
+        switch (kind) {
+            case EmissionKind::final_result:
+                ++stats_.emitted_final;
+                break;
+            case EmissionKind::update:
+                ++stats_.emitted_update;
+                break;
+            case EmissionKind::retract:
+                ++stats_.emitted_retract;
+                break;
+        }
+        e.pipeline = index_;
+        sink.emit(e);
+    }
+
+    void too_late(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
+                  int64_t start, int64_t end, int64_t watermark) {
+        ++stats_.too_late;
+        auto it =
+            std::find_if(too_late_windows_.begin(), too_late_windows_.end(), [&](const auto& w) {
+                return w.first == std::pair{start, end};
+            });
+        if (it != too_late_windows_.end()) {
+            ++it->second;
+        } else {
+            too_late_windows_.push_back({{start, end}, 1});
+            std::sort(too_late_windows_.begin(), too_late_windows_.end(),
+                      [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
+            if (too_late_windows_.size() > too_late_windows_max) too_late_windows_.pop_back();
+        }
+        if (spec_.late.too_late != TooLate::side_output) return;
+        ++stats_.side_outputs;
+        SideOutput s;
+        s.pipeline = index_;
+        s.reason = "too late: window [" + std::to_string(start) + ", " + std::to_string(end) +
+                   ") closed past its allowed lateness at watermark " + std::to_string(watermark);
+        s.order = event.order;
+        s.key = std::string(key);
+        s.event_ms = t;
+        s.ingest_ms = event.ingest_ms;
+        s.window_start_ms = start;
+        s.window_end_ms = end;
+        s.watermark_ms = watermark;
+        s.topic = std::string(event.topic);
+        s.payload = std::string(event.payload);
+        sink.side_output(s);
+    }
+
+    // --- tumbling and hopping (slices) -------------------------------------------------------
+
+    int64_t slice_start(int64_t t) const { return floor_to(t, slice_ms_, offset_ms_); }
+    // The latest window start at or before t, and the earliest window start whose window holds t.
+    int64_t last_window_start(int64_t t) const { return floor_to(t, advance_ms_, offset_ms_); }
+    int64_t first_window_start(int64_t t) const {
+        return floor_to(t - size_ms_, advance_ms_, offset_ms_) + advance_ms_;
+    }
+
+    // The earliest window end after fired_through whose window holds a slice.
+    int64_t next_fire(const KeyState& k) const {
+        for (const Unit& u : k.units) {
+            int64_t end = first_window_start(u.start) + size_ms_;
+            if (end <= k.fired_through_ms) {
+                end = floor_to(k.fired_through_ms - size_ms_, advance_ms_, offset_ms_) +
+                      advance_ms_ + size_ms_;
+                if (end - size_ms_ > u.start) continue;  // every window of this slice fired
+            }
+            return end;
+        }
+        return time_max;
+    }
+
+    int64_t slice_purge_at(const Unit& u) const {
+        return sat_add(last_window_start(u.start) + size_ms_, lateness_ms_);
+    }
+
+    int64_t slice_due(const KeyState& k) const {
+        int64_t due = next_fire(k);
+        if (!k.units.empty()) due = std::min(due, slice_purge_at(k.units.front()));
+        if (!k.fired.empty()) due = std::min(due, sat_add(k.fired.front().end, lateness_ms_));
+        return due;
+    }
+
+    // The aggregate state of window [start, end): the slice itself for tumbling windows, the
+    // merge of its slices for hopping ones.
+    const AggregateState* window_state(const KeyState& k, int64_t start, int64_t end) {
+        if (slice_ms_ == size_ms_) {
+            for (const Unit& u : k.units)
+                if (u.start == start) return &u.state;
+            return nullptr;
+        }
+        scratch_ = fresh_;
+        bool any = false;
+        for (const Unit& u : k.units) {
+            if (u.start < start) continue;
+            if (u.start >= end) break;
+            aggs_.merge(scratch_, u.state);
+            any = true;
+        }
+        return any ? &scratch_ : nullptr;
+    }
+
+    void slice_due_reached(KeyState& k, int64_t due, Domain& d, EmissionSink& sink) {
+        const int64_t fire_end = next_fire(k);
+        TM_ASSERT(fire_end >= due);
+        if (fire_end == due) {
+            const int64_t start = due - size_ms_;
+            const AggregateState* state = window_state(k, start, due);
+            TM_ASSERT(state != nullptr);
+            aggs_.results(*state, values_);
+            emit(sink, k, start, due, EmissionKind::final_result, 0,
+                 d.idle ? ClosedBy::idle : ClosedBy::watermark, values_, d.watermark);
+            k.fired_through_ms = due;
+            if (lateness_ms_ > 0) {
+                Fired f{start, due, 0, {}};
+                if (retract_) f.values = values_;
+                k.fired.push_back(std::move(f));
+                ++fired_total_;
+            }
+        }
+        size_t n = 0;
+        while (n < k.units.size() && slice_purge_at(k.units[n]) <= due) {
+            if (tracking_) erased_.push_back(unit_key(k.key, k.units[n].start));
+            ++n;
+        }
+        k.units.erase(k.units.begin(), k.units.begin() + static_cast<std::ptrdiff_t>(n));
+        units_total_ -= n;
+        size_t m = 0;
+        while (m < k.fired.size() && sat_add(k.fired[m].end, lateness_ms_) <= due)
+            ++m;
+        k.fired.erase(k.fired.begin(), k.fired.begin() + static_cast<std::ptrdiff_t>(m));
+        fired_total_ -= m;
+        mark_dirty(k);
+    }
+
+    void slice_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
+                     const Event& event, EmissionSink& sink) {
+        const int64_t wm = d.watermark;
+        const int64_t last_start = last_window_start(t);
+        if (wm != time_min && sat_add(last_start + size_ms_, lateness_ms_) <= wm) {
+            too_late(sink, key, event, t, last_start, last_start + size_ms_, wm);
+            return;
+        }
+        if (!k) {
+            if (keys_.size() >= spec_.limits.keys_max) {
+                ++stats_.keys_refused;
+                return;
+            }
+            k = create_key(key, p, d);
+        }
+        if (!scope_partition_) k->partition = p;
+        const int64_t s = slice_start(t);
+        // Most events land in the newest slice: search from the back.
+        auto it = k->units.end();
+        while (it != k->units.begin() && std::prev(it)->start > s)
+            --it;
+        Unit* unit;
+        bool created = false;
+        if (it != k->units.begin() && std::prev(it)->start == s) {
+            unit = &*std::prev(it);
+        } else {
+            if (units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
+                ++stats_.windows_refused;
+                if (k->units.empty() && k->fired.empty()) remove_key(k);
+                return;
+            }
+            Unit u;
+            u.start = s;
+            u.end = s + slice_ms_;
+            u.state = fresh_;
+            unit = &*k->units.insert(it, std::move(u));
+            ++units_total_;
+            created = true;
+        }
+        aggs_.add(unit->state, event.fields.data(), t, event.order);
+        unit->dirty = true;
+        mark_dirty(*k);
+        const bool late = wm != time_min && first_window_start(t) + size_ms_ <= wm;
+        if (late) {
+            if (refire_late(*k, t, wm, d, sink)) ++stats_.late_updated;
+            k->fired_through_ms = std::max(k->fired_through_ms, wm);
+            reschedule(*k);
+        } else if (created) {
+            reschedule(*k);
+        }
+    }
+
+    // A late event inside the horizon: every window holding it that already closed is emitted
+    // again, as the next revision (or as its first result if it had none when it closed).
+    bool refire_late(KeyState& k, int64_t t, int64_t wm, Domain& d, EmissionSink& sink) {
+        (void)d;
+        bool any = false;
+        for (int64_t ws = first_window_start(t); ws <= last_window_start(t); ws += advance_ms_) {
+            const int64_t end = ws + size_ms_;
+            if (end > wm) break;
+            if (sat_add(end, lateness_ms_) <= wm) continue;
+            const AggregateState* state = window_state(k, ws, end);
+            TM_ASSERT(state != nullptr);
+            aggs_.results(*state, values_);
+            auto f = std::lower_bound(k.fired.begin(), k.fired.end(), end,
+                                      [](const Fired& a, int64_t e) { return a.end < e; });
+            if (f != k.fired.end() && f->end == end) {
+                if (retract_)
+                    emit(sink, k, ws, end, EmissionKind::retract, f->revision, ClosedBy::late,
+                         f->values, wm);
+                ++f->revision;
+                emit(sink, k, ws, end, EmissionKind::update, f->revision, ClosedBy::late, values_,
+                     wm);
+                if (retract_) f->values = values_;
+            } else {
+                emit(sink, k, ws, end, EmissionKind::final_result, 0, ClosedBy::late, values_, wm);
+                Fired nf{ws, end, 0, {}};
+                if (retract_) nf.values = values_;
+                k.fired.insert(f, std::move(nf));
+                ++fired_total_;
+            }
+            any = true;
+        }
+        return any;
+    }
+
+    // --- sessions ------------------------------------------------------------------------
+
+    int64_t session_due(const KeyState& k) const {
+        int64_t due = time_max;
+        for (const Unit& u : k.units)
+            due = std::min(due, u.fired ? sat_add(u.end, lateness_ms_) : u.end);
+        return due;
+    }
+
+    void session_due_reached(KeyState& k, int64_t due, Domain& d, EmissionSink& sink) {
+        for (Unit& u : k.units) {
+            if (u.fired || u.end != due) continue;
+            aggs_.results(u.state, values_);
+            emit(sink, k, u.start, u.end, EmissionKind::final_result, 0,
+                 d.idle ? ClosedBy::idle : ClosedBy::watermark, values_, d.watermark);
+            u.fired = true;
+            u.revision = 0;
+            if (retract_) u.values = values_;
+            u.dirty = true;
+        }
+        size_t kept = 0;
+        for (size_t i = 0; i < k.units.size(); ++i) {
+            Unit& u = k.units[i];
+            if (u.fired && sat_add(u.end, lateness_ms_) <= due) {
+                if (tracking_) erased_.push_back(unit_key(k.key, u.start));
+                --units_total_;
+                continue;
+            }
+            if (kept != i) k.units[kept] = std::move(u);
+            ++kept;
+        }
+        k.units.resize(kept);
+        mark_dirty(k);
+    }
+
+    void session_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
+                       const Event& event, EmissionSink& sink) {
+        const int64_t wm = d.watermark;
+        const int64_t gap = spec_.window.gap_ms;
+        const int64_t max_duration = spec_.window.max_duration_ms;
+        // The sessions this event joins: those overlapping [t, t + gap), less those it is
+        // beyond the max_duration of, less those that would stretch the merge past it.
+        size_t first = 0, last = 0;
+        if (k) {
+            const auto& units = k->units;
+            while (first < units.size() &&
+                   (units[first].end <= t || units[first].start + max_duration <= t))
+                ++first;
+            last = first;
+            if (first < units.size() && units[first].start < t + gap) {
+                const int64_t merged_start = std::min(t, units[first].start);
+                while (last < units.size() && units[last].start < t + gap &&
+                       units[last].start < merged_start + max_duration)
+                    ++last;
+            }
+        }
+        if (first == last && wm != time_min && sat_add(t + gap, lateness_ms_) <= wm) {
+            too_late(sink, key, event, t, t, t + gap, wm);
+            return;
+        }
+        if (!k) {
+            if (keys_.size() >= spec_.limits.keys_max) {
+                ++stats_.keys_refused;
+                return;
+            }
+            k = create_key(key, p, d);
+        }
+        if (!scope_partition_) k->partition = p;
+        if (first == last && units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
+            ++stats_.windows_refused;
+            if (k->units.empty()) remove_key(k);
+            return;
+        }
+        auto& units = k->units;
+        int64_t start = t;
+        int64_t end = t + gap;
+        for (size_t i = first; i < last; ++i) {
+            start = std::min(start, units[i].start);
+            end = std::max(end, units[i].end);
+        }
+        end = std::min(end, start + max_duration);
+        const bool late = end <= wm;
+        mark_dirty(*k);
+
+        // The same window as before: update it in place.
+        if (last == first + 1 && units[first].start == start && units[first].end == end) {
+            Unit& u = units[first];
+            aggs_.add(u.state, event.fields.data(), t, event.order);
+            u.dirty = true;
+            if (u.fired) {
+                aggs_.results(u.state, values_);
+                if (retract_)
+                    emit(sink, *k, u.start, u.end, EmissionKind::retract, u.revision,
+                         ClosedBy::late, u.values, wm);
+                ++u.revision;
+                emit(sink, *k, u.start, u.end, EmissionKind::update, u.revision, ClosedBy::late,
+                     values_, wm);
+                if (retract_) u.values = values_;
+                ++stats_.late_updated;
+            }
+            return;
+        }
+        // A new or merged window: every fired session it absorbs no longer exists.
+        Unit merged;
+        merged.start = start;
+        merged.end = end;
+        merged.state = fresh_;
+        for (size_t i = first; i < last; ++i) {
+            Unit& u = units[i];
+            aggs_.merge(merged.state, u.state);
+            if (u.fired) {
+                // A fired session's state changes only with a re-emission, so its results are
+                // what the consumer holds: the retract carries them in both correction modes.
+                aggs_.results(u.state, values_);
+                emit(sink, *k, u.start, u.end, EmissionKind::retract, u.revision, ClosedBy::merge,
+                     values_, wm);
+            }
+            if (tracking_) erased_.push_back(unit_key(k->key, u.start));
+        }
+        aggs_.add(merged.state, event.fields.data(), t, event.order);
+        if (late) {
+            aggs_.results(merged.state, values_);
+            emit(sink, *k, start, end, EmissionKind::final_result, 0, ClosedBy::late, values_, wm);
+            merged.fired = true;
+            if (retract_) merged.values = values_;
+            ++stats_.late_updated;
+        }
+        units_total_ -= (last - first);
+        units.erase(units.begin() + static_cast<std::ptrdiff_t>(first),
+                    units.begin() + static_cast<std::ptrdiff_t>(last));
+        auto pos = std::lower_bound(units.begin(), units.end(), start,
+                                    [](const Unit& u, int64_t s) { return u.start < s; });
+        units.insert(pos, std::move(merged));
+        ++units_total_;
+        reschedule(*k);
+    }
+
+    // --- state encoding --------------------------------------------------------------------
+
+    std::string meta_key(std::string_view key) const {
+        std::string out = prefix_;
+        out.push_back('K');
+        bytes::put_str(out, key);
+        out.push_back('m');
+        return out;
+    }
+    std::string unit_key(std::string_view key, int64_t start) const {
+        std::string out = prefix_;
+        out.push_back('K');
+        bytes::put_str(out, key);
+        out.push_back('u');
+        bytes::put_i64_sortable(out, start);
+        return out;
+    }
+
+    void write_key(StateWriter& w, KeyState& k, bool all, std::string& value) {
+        value.clear();
+        bytes::put_str(value, k.partition ? k.partition->name : std::string_view{});
+        bytes::put_i64(value, k.fired_through_ms);
+        bytes::put_u32(value, static_cast<uint32_t>(k.fired.size()));
+        for (const Fired& f : k.fired) {
+            bytes::put_i64(value, f.start);
+            bytes::put_i64(value, f.end);
+            bytes::put_u32(value, f.revision);
+            put_values(value, f.values);
+        }
+        w.put(meta_key(k.key), value);
+        for (Unit& u : k.units) {
+            if (!all && !u.dirty) continue;
+            value.clear();
+            bytes::put_i64(value, u.start);
+            bytes::put_i64(value, u.end);
+            value.push_back(u.fired ? 1 : 0);
+            bytes::put_u32(value, u.revision);
+            put_values(value, u.values);
+            aggs_.encode(u.state, value);
+            w.put(unit_key(k.key, u.start), value);
+            u.dirty = false;
+        }
+        k.dirty = false;
+    }
+
+    Result<void> read_key_meta(KeyState& k, std::string_view in) {
+        std::string_view part;
+        uint32_t n;
+        if (!bytes::get_str(in, part) || !bytes::get_i64(in, k.fired_through_ms) ||
+            !bytes::get_u32(in, n))
+            return fail("damaged key meta of '" + k.key + "'");
+        Partition* p = find_partition(part);
+        if (!p) p = create_partition(part);
+        k.partition = p;
+        k.fired.clear();
+        for (uint32_t i = 0; i < n; ++i) {
+            Fired f;
+            if (!bytes::get_i64(in, f.start) || !bytes::get_i64(in, f.end) ||
+                !bytes::get_u32(in, f.revision) || !get_values(in, f.values))
+                return fail("damaged fired window of '" + k.key + "'");
+            k.fired.push_back(std::move(f));
+        }
+        return {};
+    }
+
+    Result<void> read_unit(KeyState& k, std::string_view in) {
+        Unit u;
+        if (!bytes::get_i64(in, u.start) || !bytes::get_i64(in, u.end) || in.empty())
+            return fail("damaged window of '" + k.key + "'");
+        u.fired = in[0] != 0;
+        in.remove_prefix(1);
+        if (!bytes::get_u32(in, u.revision) || !get_values(in, u.values) ||
+            !aggs_.decode(in, u.state))
+            return fail("damaged window state of '" + k.key + "'");
+        u.dirty = false;
+        auto pos = std::lower_bound(k.units.begin(), k.units.end(), u.start,
+                                    [](const Unit& a, int64_t s) { return a.start < s; });
+        k.units.insert(pos, std::move(u));
+        return {};
+    }
+
+    void write_partition(StateWriter& w, const Partition& p, std::string& value) {
+        value.clear();
+        bytes::put_u32(value, p.index);
+        bytes::put_i64(value, p.max_event_ms);
+        bytes::put_i64(value, p.last_ingest_ms);
+        value.push_back(p.idle ? 1 : 0);
+        if (p.domain) put_domain(value, *p.domain);
+        std::string key = prefix_;
+        key.push_back('P');
+        key.append(p.name);
+        w.put(key, value);
+    }
+
+    Result<void> read_partition(std::string_view name, std::string_view in) {
+        Partition* p = find_partition(name);
+        if (!p) p = create_partition(name);
+        uint32_t index;
+        if (!bytes::get_u32(in, index) || !bytes::get_i64(in, p->max_event_ms) ||
+            !bytes::get_i64(in, p->last_ingest_ms) || in.empty())
+            return fail("damaged partition '" + std::string(name) + "'");
+        p->idle = in[0] != 0;
+        in.remove_prefix(1);
+        if (p->domain && !get_domain(in, *p->domain))
+            return fail("damaged partition watermark '" + std::string(name) + "'");
+        // Keep the stored index so the min-tree is laid out as before (not needed for results).
+        (void)index;
+        return {};
+    }
+
+    static void put_domain(std::string& out, const Domain& d) {
+        bytes::put_i64(out, d.watermark);
+        out.push_back(d.idle ? 1 : 0);
+        bytes::put_i64(out, d.idle_since_ms);
+        bytes::put_i64(out, d.idle_base_ms);
+    }
+    static bool get_domain(std::string_view& in, Domain& d) {
+        if (!bytes::get_i64(in, d.watermark) || in.empty()) return false;
+        d.idle = in[0] != 0;
+        in.remove_prefix(1);
+        return bytes::get_i64(in, d.idle_since_ms) && bytes::get_i64(in, d.idle_base_ms);
+    }
+
+    void write_meta(StateWriter& w, std::string& value) {
+        value.clear();
+        bytes::put_u64(value, state_fingerprint(spec_));
+        bytes::put_i64(value, now_ms_);
+        put_domain(value, global_);
+        const uint64_t counters[] = {stats_.events_in,       stats_.late_updated,
+                                     stats_.too_late,        stats_.side_outputs,
+                                     stats_.clamped,         stats_.keys_refused,
+                                     stats_.windows_refused, stats_.emitted_final,
+                                     stats_.emitted_update,  stats_.emitted_retract};
+        bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
+        for (uint64_t c : counters)
+            bytes::put_u64(value, c);
+        stats_.lag_ms.encode(value);
+        bytes::put_u32(value, static_cast<uint32_t>(too_late_windows_.size()));
+        for (const auto& [w_, n] : too_late_windows_) {
+            bytes::put_i64(value, w_.first);
+            bytes::put_i64(value, w_.second);
+            bytes::put_u64(value, n);
+        }
+        std::string key = prefix_;
+        key.push_back('A');
+        w.put(key, value);
+    }
+
+    Result<void> read_meta(std::string_view in) {
+        uint32_t n;
+        if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
+            !get_domain(in, global_) || !bytes::get_u32(in, n) || n != 10)
+            return fail("damaged meta record of pipeline '" + spec_.name + "'");
+        uint64_t* counters[] = {&stats_.events_in,       &stats_.late_updated,
+                                &stats_.too_late,        &stats_.side_outputs,
+                                &stats_.clamped,         &stats_.keys_refused,
+                                &stats_.windows_refused, &stats_.emitted_final,
+                                &stats_.emitted_update,  &stats_.emitted_retract};
+        for (uint64_t* c : counters)
+            if (!bytes::get_u64(in, *c)) return fail("damaged counters of '" + spec_.name + "'");
+        if (!stats_.lag_ms.decode(in) || !bytes::get_u32(in, n))
+            return fail("damaged lag sketch of '" + spec_.name + "'");
+        too_late_windows_.clear();
+        for (uint32_t i = 0; i < n; ++i) {
+            int64_t s, e;
+            uint64_t c;
+            if (!bytes::get_i64(in, s) || !bytes::get_i64(in, e) || !bytes::get_u64(in, c))
+                return fail("damaged too-late table of '" + spec_.name + "'");
+            too_late_windows_.push_back({{s, e}, c});
+        }
+        stats_.ingest_ms = now_ms_;
+        meta_seen_ = true;
+        return {};
+    }
+
+  public:
+    uint32_t index_ = 0;
+
+  private:
+    std::string node_id_;
+    PipelineSpec spec_;
+    AggregateSet aggs_;
+    std::string prefix_;
+    bool session_;
+    bool scope_partition_;
+    int64_t lateness_ms_;
+    bool retract_;
+    int64_t size_ms_ = 0, offset_ms_ = 0, advance_ms_ = 0, slice_ms_ = 0;
+    size_t unit_bytes_ = 0;
+
+    std::unordered_map<std::string, std::unique_ptr<KeyState>, StringHash, std::equal_to<>> keys_;
+    std::unordered_map<std::string, std::unique_ptr<Partition>, StringHash, std::equal_to<>>
+        partitions_;
+    std::vector<Partition*> partition_list_;  // by index
+    Domain global_;
+    Partition* active_head_ = nullptr;
+    Partition* active_tail_ = nullptr;
+    uint64_t active_ = 0;
+    std::vector<int64_t> tree_;
+    size_t tree_capacity_ = 0;
+    std::set<std::pair<int64_t, Partition*>, DeadlineLess> idle_deadlines_;
+    int64_t now_ms_ = time_min;
+    uint64_t units_total_ = 0;
+    uint64_t fired_total_ = 0;
+    PipelineStats stats_;
+    std::vector<std::pair<std::pair<int64_t, int64_t>, uint64_t>> too_late_windows_;
+
+    bool tracking_ = false;
+    bool meta_dirty_ = true;
+    std::vector<std::string> dirty_keys_;
+    std::vector<Partition*> dirty_partitions_;
+    std::vector<std::string> erased_;
+    bool meta_seen_ = false;
+    uint64_t fingerprint_seen_ = 0;
+
+    AggregateState fresh_;
+    AggregateState scratch_;
+    Values values_;
+    std::string composite_;
+};
+
+struct Engine::Impl {
+    std::string node_id;
+    std::vector<PipelineSpec> specs;
+    std::vector<std::unique_ptr<Pipeline>> pipelines;
+    std::map<std::string, uint32_t, std::less<>> by_name;
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(std::string node_id,
+                                               std::vector<PipelineSpec> pipelines) {
+    auto impl = std::make_unique<Impl>();
+    impl->node_id = std::move(node_id);
+    for (const PipelineSpec& spec : pipelines) {
+        if (auto ok = validate(spec); !ok)
+            return fail("pipeline '" + spec.name + "': " + ok.error().message);
+        if (impl->by_name.count(spec.name))
+            return fail("pipeline '" + spec.name + "' is defined twice");
+        const uint32_t index = static_cast<uint32_t>(impl->pipelines.size());
+        impl->by_name.emplace(spec.name, index);
+        impl->pipelines.push_back(std::make_unique<Pipeline>(impl->node_id, spec));
+        impl->pipelines.back()->index_ = index;
+    }
+    impl->specs = std::move(pipelines);
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const std::vector<PipelineSpec>& Engine::pipelines() const {
+    return impl_->specs;
+}
+
+int Engine::find_pipeline(std::string_view name) const {
+    auto it = impl_->by_name.find(name);
+    return it == impl_->by_name.end() ? -1 : static_cast<int>(it->second);
+}
+
+void Engine::advance(int64_t ingest_ms, EmissionSink& sink) {
+    for (auto& p : impl_->pipelines)
+        p->advance(ingest_ms, sink);
+}
+
+void Engine::process(uint32_t pipeline, const Event& event, EmissionSink& sink) {
+    TM_ASSERT(pipeline < impl_->pipelines.size());
+    TM_ASSERT(event.fields.size() == impl_->specs[pipeline].fields.size());
+    impl_->pipelines[pipeline]->process(event, sink);
+}
+
+const PipelineStats& Engine::stats(uint32_t pipeline) const {
+    TM_ASSERT(pipeline < impl_->pipelines.size());
+    return impl_->pipelines[pipeline]->stats();
+}
+
+void Engine::checkpoint(StateWriter& writer) {
+    for (auto& p : impl_->pipelines)
+        p->checkpoint(writer);
+}
+
+std::string Engine::state_prefix(std::string_view pipeline_name) {
+    return key_prefix(pipeline_name);
+}
+
+Result<void> Engine::restore_entry(std::string_view key, std::string_view value) {
+    std::string_view rest = key;
+    std::string_view name;
+    if (rest.empty() || rest[0] != '\x01') return fail("a state key of an unknown format");
+    rest.remove_prefix(1);
+    if (!bytes::get_str(rest, name)) return fail("a damaged state key");
+    auto it = impl_->by_name.find(name);
+    if (it == impl_->by_name.end())
+        return fail("the store holds state of pipeline '" + std::string(name) +
+                    "', which is not in the config: put it back, or drop its state with "
+                    "`tidemark inspect --drop-pipeline " +
+                    std::string(name) + "`");
+    auto ok = impl_->pipelines[it->second]->restore_entry(rest, value);
+    if (!ok) return fail("pipeline '" + std::string(name) + "': " + ok.error().message);
+    return {};
+}
+
+Result<void> Engine::restore_finish() {
+    for (auto& p : impl_->pipelines)
+        if (auto ok = p->restore_finish(); !ok) return ok;
+    return {};
+}
+
+}  // namespace tidemark::core

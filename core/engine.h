@@ -19,11 +19,11 @@ namespace tidemark::core {
 /// they survive restarts and replay identically.
 struct PipelineStats {
     uint64_t events_in = 0;
-    uint64_t late_updated = 0;   // late events that updated (and re-fired) a window
-    uint64_t too_late = 0;       // late events past the allowed lateness (dropped or side output)
+    uint64_t late_updated = 0;  // late events that updated (and re-fired) a window
+    uint64_t too_late = 0;      // late events past the allowed lateness (dropped or side output)
     uint64_t side_outputs = 0;
-    uint64_t clamped = 0;        // events stamped more than max_future ahead of ingest
-    uint64_t keys_refused = 0;   // events refused because keys_max was reached
+    uint64_t clamped = 0;          // events stamped more than max_future ahead of ingest
+    uint64_t keys_refused = 0;     // events refused because keys_max was reached
     uint64_t windows_refused = 0;  // events refused because open_windows_max was reached
     uint64_t emitted_final = 0;
     uint64_t emitted_update = 0;
@@ -34,15 +34,15 @@ struct PipelineStats {
     uint64_t state_bytes = 0;
     uint64_t partitions_active = 0;
     uint64_t partitions_idle = 0;
-    int64_t watermark_ms = 0;    // global scope: the pipeline's; partition scope: the minimum
-    int64_t ingest_ms = 0;       // the newest ingest time seen
-    QuantileSketch lag_ms;       // ingest_ms - event_ms of every event (before clamping)
+    int64_t watermark_ms = 0;  // global scope: the pipeline's; partition scope: the minimum
+    int64_t ingest_ms = 0;     // the newest ingest time seen
+    QuantileSketch lag_ms;     // ingest_ms - event_ms of every event (before clamping)
 };
 
 /// Receives the state changes of a checkpoint: opaque keys and values that sort so that a store
 /// iterating in key order restores in a deterministic order.
 class StateWriter {
-public:
+  public:
     virtual ~StateWriter() = default;
     virtual void put(std::string_view key, std::string_view value) = 0;
     virtual void erase(std::string_view key) = 0;
@@ -58,7 +58,7 @@ public:
 /// Limits: keys and open windows per pipeline are bounded by PipelineSpec::limits; past them new
 /// keys/windows are refused and counted. Partitions are bounded by keys_max too.
 class Engine {
-public:
+  public:
     static Result<std::unique_ptr<Engine>> create(std::string node_id,
                                                   std::vector<PipelineSpec> pipelines);
     ~Engine();
@@ -91,7 +91,7 @@ public:
     /// The state's keys for a pipeline all start with this prefix (so a store can drop one).
     static std::string state_prefix(std::string_view pipeline_name);
 
-private:
+  private:
     struct Impl;
     explicit Engine(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

@@ -1,0 +1,4 @@
+# The engine's tests (owned with core/engine.cpp). Included from tests/core/CMakeLists.txt.
+tm_test(core_engine_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_test.cpp LIBS tidemark_core LABELS fast)
+tm_test(core_engine_property_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_property_test.cpp
+        LIBS tidemark_core LABELS fast TIMEOUT 300)
