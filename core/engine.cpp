@@ -225,7 +225,10 @@ class Pipeline {
         ++stats_.events_in;
         meta_dirty_ = true;
         int64_t t = event.event_ms;
-        stats_.lag_ms.add(static_cast<double>(event.ingest_ms) - static_cast<double>(t));
+        int64_t lag_ms;
+        if (__builtin_sub_overflow(event.ingest_ms, t, &lag_ms))
+            lag_ms = t > 0 ? time_min : time_max;
+        stats_.lag_ms.add(lag_ms);
         if (t > sat_add(event.ingest_ms, spec_.watermark.max_future_ms)) {
             t = event.ingest_ms;
             ++stats_.clamped;
@@ -537,12 +540,20 @@ class Pipeline {
         }
     }
 
+    int64_t compute_due(const KeyState& k) const {
+        return session_ ? session_due(k) : slice_due(k);
+    }
+
+    // Timers may ring early, never late: when a key's due moves later (a session grows), its
+    // entry stays where it is and fire_due() moves it when it rings, so the common case costs no
+    // tree update. `due_ms` is the entry's position, not necessarily the key's real due.
     void reschedule(KeyState& k) {
-        const int64_t due = session_ ? session_due(k) : slice_due(k);
-        if (due == k.due_ms) return;
+        const int64_t due = compute_due(k);
+        if (k.due_ms != time_max && due >= k.due_ms) return;
         if (k.due_ms != time_max) k.domain->timers.erase({k.due_ms, &k});
         k.due_ms = due;
-        if (due != time_max) k.domain->timers.insert({due, &k});
+        if (due == time_max) return;
+        k.domain->timers.insert({due, &k});
         if (scope_partition_ && k.domain->idle && k.domain->timers.begin()->first == due)
             schedule_idle(k.partition);
     }
@@ -555,6 +566,15 @@ class Pipeline {
             KeyState* k = it->second;
             d.timers.erase(it);
             k->due_ms = time_max;
+            const int64_t real_due = compute_due(*k);
+            if (real_due > due) {  // rang early: move it to where it belongs
+                if (real_due != time_max) {
+                    k->due_ms = real_due;
+                    d.timers.insert({real_due, k});
+                }
+                continue;
+            }
+            TM_ASSERT(real_due == due);
             if (session_)
                 session_due_reached(*k, due, d, sink);
             else
@@ -884,6 +904,25 @@ class Pipeline {
         const bool late = end <= wm;
         mark_dirty(*k);
 
+        // One open session grows: in place, no new window identity has been published yet.
+        if (last == first + 1 && !units[first].fired) {
+            Unit& u = units[first];
+            if (u.start != start && tracking_) erased_.push_back(unit_key(k->key, u.start));
+            u.start = start;
+            u.end = end;
+            aggs_.add(u.state, event.fields.data(), t, event.order);
+            u.dirty = true;
+            if (late) {
+                aggs_.results(u.state, values_);
+                emit(sink, *k, start, end, EmissionKind::final_result, 0, ClosedBy::late, values_,
+                     wm);
+                u.fired = true;
+                if (retract_) u.values = values_;
+                ++stats_.late_updated;
+            }
+            reschedule(*k);
+            return;
+        }
         // The same window as before: update it in place.
         if (last == first + 1 && units[first].start == start && units[first].end == end) {
             Unit& u = units[first];

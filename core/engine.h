@@ -9,8 +9,8 @@
 
 #include "core/emission.h"
 #include "core/event.h"
+#include "core/lag_histogram.h"
 #include "core/pipeline.h"
-#include "core/quantile.h"
 #include "core/result.h"
 
 namespace tidemark::core {
@@ -36,7 +36,7 @@ struct PipelineStats {
     uint64_t partitions_idle = 0;
     int64_t watermark_ms = 0;  // global scope: the pipeline's; partition scope: the minimum
     int64_t ingest_ms = 0;     // the newest ingest time seen
-    QuantileSketch lag_ms;     // ingest_ms - event_ms of every event (before clamping)
+    LagHistogram lag_ms;       // ingest_ms - event_ms of every event (before clamping)
 };
 
 /// Receives the state changes of a checkpoint: opaque keys and values that sort so that a store
