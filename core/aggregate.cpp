@@ -1,2 +1,353 @@
-// placeholder until implemented
 #include "core/aggregate.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "core/bytes.h"
+
+namespace tidemark::core {
+
+namespace {
+
+struct FnInfo {
+    AggregateFn fn;
+    std::string_view name;
+    uint32_t slots;  // doubles in AggregateState::values
+};
+
+// Slot layouts, chosen so that a fresh state needs no "seen" flag and holds no NaN (so that
+// AggregateState::operator== means what it says):
+//   count     [n]
+//   sum       [sum]                 -0.0 until a value is seen (see add_sum)
+//   min/max   [m]                   +inf / -inf until a value is seen
+//   mean      [n, sum]
+//   first     [event_ms, order, v]  event_ms = +inf until a value is seen
+//   last      [event_ms, order, v]  event_ms = -inf until a value is seen
+//   variance  [n, mean, M2]         (and stddev)
+//   quantile  []                    one sketch
+// event_ms and order are stored as doubles: exact up to 2^53, i.e. for any epoch-ms time and any
+// log offset below 9 PB.
+constexpr std::array<FnInfo, 10> fn_infos = {{
+    {AggregateFn::count, "count", 1},
+    {AggregateFn::sum, "sum", 1},
+    {AggregateFn::min, "min", 1},
+    {AggregateFn::max, "max", 1},
+    {AggregateFn::mean, "mean", 2},
+    {AggregateFn::first, "first", 3},
+    {AggregateFn::last, "last", 3},
+    {AggregateFn::variance, "variance", 3},
+    {AggregateFn::stddev, "stddev", 3},
+    {AggregateFn::quantile, "quantile", 0},
+}};
+
+const FnInfo& info(AggregateFn fn) {
+    const auto i = static_cast<size_t>(fn);
+    TM_ASSERT(i < fn_infos.size() && fn_infos[i].fn == fn);
+    return fn_infos[i];
+}
+
+constexpr double infinity = std::numeric_limits<double>::infinity();
+constexpr double sum_empty = -0.0;
+
+bool is_sum_empty(double sum) {
+    return sum == 0 && std::signbit(sum);
+}
+
+// -0.0 is the one double that leaves every other unchanged when added, so it marks "no value
+// yet" in a single slot; adding +0.0 to each value first turns a -0.0 input into +0.0 so that
+// the marker never comes back once a value is seen. (A sum of only -0.0 values reads as 0.)
+void add_sum(double& sum, double value) {
+    sum += value + 0.0;
+}
+
+// Ties between -0.0 and +0.0 are broken by sign so that the result does not depend on order.
+bool less_for_min(double value, double current) {
+    return value < current || (value == current && std::signbit(value) && !std::signbit(current));
+}
+bool greater_for_max(double value, double current) {
+    return value > current || (value == current && !std::signbit(value) && std::signbit(current));
+}
+
+// Welford's update of (n, mean, M2).
+void add_moments(double* slot, double value) {
+    slot[0] += 1;
+    const double delta = value - slot[1];
+    slot[1] += delta / slot[0];
+    slot[2] += delta * (value - slot[1]);
+}
+
+// Chan et al.'s pairwise combination of (n, mean, M2).
+void merge_moments(double* into, const double* from) {
+    if (from[0] == 0) return;
+    if (into[0] == 0) {
+        into[0] = from[0];
+        into[1] = from[1];
+        into[2] = from[2];
+        return;
+    }
+    const double n = into[0] + from[0];
+    const double delta = from[1] - into[1];
+    into[1] += delta * (from[0] / n);
+    into[2] += from[2] + delta * delta * (into[0] * from[0] / n);
+    into[0] = n;
+}
+
+// (event_ms, order) pairs: does `a` come before `b`?
+bool earlier(const double* a, const double* b) {
+    return a[0] < b[0] || (a[0] == b[0] && a[1] < b[1]);
+}
+
+void copy3(double* into, const double* from) {
+    into[0] = from[0];
+    into[1] = from[1];
+    into[2] = from[2];
+}
+
+}  // namespace
+
+Result<AggregateFn> parse_aggregate_fn(std::string_view name) {
+    std::string known;
+    for (const FnInfo& fn : fn_infos) {
+        if (fn.name == name) return fn.fn;
+        if (!known.empty()) known += ", ";
+        known += fn.name;
+    }
+    return fail("unknown aggregate function \"" + std::string(name) + "\": use one of " + known);
+}
+
+std::string_view aggregate_fn_name(AggregateFn fn) {
+    return info(fn).name;
+}
+
+AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions quantile)
+    : specs_(std::move(specs)), quantile_(quantile) {
+    int32_t sketches = 0;
+    for (const AggregateSpec& spec : specs_) {
+        TM_ASSERT(spec.field >= 0 || (spec.field == -1 && spec.fn == AggregateFn::count));
+        offsets_.push_back(slots_);
+        slots_ += info(spec.fn).slots;
+        if (spec.fn == AggregateFn::quantile) {
+            TM_ASSERT(spec.q >= 0 && spec.q <= 1);
+            sketch_of_.push_back(sketches++);
+        } else {
+            sketch_of_.push_back(-1);
+        }
+    }
+}
+
+AggregateState AggregateSet::make() const {
+    AggregateState state;
+    state.values.assign(slots_, 0.0);
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        double* slot = state.values.data() + offsets_[i];
+        switch (specs_[i].fn) {
+            case AggregateFn::sum:
+                slot[0] = sum_empty;
+                break;
+            case AggregateFn::min:
+                slot[0] = infinity;
+                break;
+            case AggregateFn::max:
+                slot[0] = -infinity;
+                break;
+            case AggregateFn::first:
+                slot[0] = infinity;
+                break;
+            case AggregateFn::last:
+                slot[0] = -infinity;
+                break;
+            case AggregateFn::quantile:
+                state.sketches.emplace_back(quantile_.relative_error, quantile_.buckets_max);
+                break;
+            default:
+                break;
+        }
+    }
+    return state;
+}
+
+void AggregateSet::add(AggregateState& state, const double* fields, int64_t event_ms,
+                       uint64_t order) const {
+    TM_ASSERT(state.values.size() == slots_);
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        const AggregateSpec& spec = specs_[i];
+        double* slot = state.values.data() + offsets_[i];
+        if (spec.field < 0) {  // count of events
+            slot[0] += 1;
+            continue;
+        }
+        const double value = fields[spec.field];
+        // Missing fields are NaN; infinities are skipped too, since they would poison sums and
+        // moments for the rest of the window and JSON cannot carry them.
+        if (!std::isfinite(value)) continue;
+        switch (spec.fn) {
+            case AggregateFn::count:
+                slot[0] += 1;
+                break;
+            case AggregateFn::sum:
+                add_sum(slot[0], value);
+                break;
+            case AggregateFn::min:
+                if (less_for_min(value, slot[0])) slot[0] = value;
+                break;
+            case AggregateFn::max:
+                if (greater_for_max(value, slot[0])) slot[0] = value;
+                break;
+            case AggregateFn::mean:
+                slot[0] += 1;
+                slot[1] += value;
+                break;
+            case AggregateFn::first:
+            case AggregateFn::last: {
+                const double candidate[3] = {static_cast<double>(event_ms),
+                                             static_cast<double>(order), value};
+                const bool replace = spec.fn == AggregateFn::first ? earlier(candidate, slot)
+                                                                   : earlier(slot, candidate);
+                if (replace) copy3(slot, candidate);
+                break;
+            }
+            case AggregateFn::variance:
+            case AggregateFn::stddev:
+                add_moments(slot, value);
+                break;
+            case AggregateFn::quantile:
+                state.sketches[static_cast<size_t>(sketch_of_[i])].add(value);
+                break;
+        }
+    }
+}
+
+void AggregateSet::merge(AggregateState& into, const AggregateState& from) const {
+    TM_ASSERT(into.values.size() == slots_ && from.values.size() == slots_);
+    TM_ASSERT(into.sketches.size() == from.sketches.size());
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        double* slot = into.values.data() + offsets_[i];
+        const double* other = from.values.data() + offsets_[i];
+        switch (specs_[i].fn) {
+            case AggregateFn::count:
+                slot[0] += other[0];
+                break;
+            case AggregateFn::sum:
+                if (!is_sum_empty(other[0])) slot[0] += other[0];
+                break;
+            case AggregateFn::min:
+                if (less_for_min(other[0], slot[0])) slot[0] = other[0];
+                break;
+            case AggregateFn::max:
+                if (greater_for_max(other[0], slot[0])) slot[0] = other[0];
+                break;
+            case AggregateFn::mean:
+                slot[0] += other[0];
+                slot[1] += other[1];
+                break;
+            case AggregateFn::first:
+                if (earlier(other, slot)) copy3(slot, other);
+                break;
+            case AggregateFn::last:
+                if (earlier(slot, other)) copy3(slot, other);
+                break;
+            case AggregateFn::variance:
+            case AggregateFn::stddev:
+                merge_moments(slot, other);
+                break;
+            case AggregateFn::quantile: {
+                const auto s = static_cast<size_t>(sketch_of_[i]);
+                into.sketches[s].merge(from.sketches[s]);
+                break;
+            }
+        }
+    }
+}
+
+void AggregateSet::results(const AggregateState& state,
+                           std::vector<std::optional<double>>& out) const {
+    TM_ASSERT(state.values.size() == slots_);
+    out.clear();
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        const double* slot = state.values.data() + offsets_[i];
+        std::optional<double> result;
+        switch (specs_[i].fn) {
+            case AggregateFn::count:
+                result = slot[0];
+                break;
+            case AggregateFn::sum:
+                if (!is_sum_empty(slot[0])) result = slot[0];
+                break;
+            case AggregateFn::min:
+            case AggregateFn::max:
+                if (std::isfinite(slot[0])) result = slot[0];
+                break;
+            case AggregateFn::mean:
+                if (slot[0] > 0) result = slot[1] / slot[0];
+                break;
+            case AggregateFn::first:
+            case AggregateFn::last:
+                if (std::isfinite(slot[0])) result = slot[2];
+                break;
+            case AggregateFn::variance:
+            case AggregateFn::stddev:
+                if (slot[0] > 0) {
+                    // M2 can round a hair below zero when every value is equal.
+                    const double variance = std::max(0.0, slot[2] / slot[0]);
+                    result = specs_[i].fn == AggregateFn::variance ? variance : std::sqrt(variance);
+                }
+                break;
+            case AggregateFn::quantile: {
+                const QuantileSketch& sketch = state.sketches[static_cast<size_t>(sketch_of_[i])];
+                if (!sketch.empty()) result = sketch.quantile(specs_[i].q);
+                break;
+            }
+        }
+        out.push_back(result);
+    }
+}
+
+size_t AggregateSet::bytes(const AggregateState& state) const {
+    size_t total = sizeof(AggregateState) + state.values.capacity() * sizeof(double);
+    for (const QuantileSketch& sketch : state.sketches)
+        total += sketch.bytes();
+    total += (state.sketches.capacity() - state.sketches.size()) * sizeof(QuantileSketch);
+    return total;
+}
+
+size_t AggregateSet::bytes_per_window() const {
+    const size_t sketches = static_cast<size_t>(
+        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
+    return sizeof(AggregateState) + slots_ * sizeof(double) + sketches * sizeof(QuantileSketch);
+}
+
+void AggregateSet::encode(const AggregateState& state, std::string& out) const {
+    TM_ASSERT(state.values.size() == slots_);
+    // The shape goes first so that state written under another aggregate list is refused.
+    bytes::put_u32(out, slots_);
+    bytes::put_u32(out, static_cast<uint32_t>(state.sketches.size()));
+    for (double value : state.values)
+        bytes::put_f64(out, value);
+    for (const QuantileSketch& sketch : state.sketches)
+        sketch.encode(out);
+}
+
+bool AggregateSet::decode(std::string_view& in, AggregateState& state) const {
+    AggregateState fresh = make();
+    uint32_t slots = 0;
+    uint32_t sketches = 0;
+    if (!bytes::get_u32(in, slots) || !bytes::get_u32(in, sketches)) return false;
+    if (slots != slots_ || sketches != fresh.sketches.size()) return false;
+    for (double& value : fresh.values) {
+        if (!bytes::get_f64(in, value)) return false;
+    }
+    for (QuantileSketch& sketch : fresh.sketches) {
+        if (!sketch.decode(in)) return false;
+        // A sketch made with other parameters could not be merged with this pipeline's.
+        if (sketch.relative_error() != quantile_.relative_error ||
+            sketch.buckets_max() != quantile_.buckets_max) {
+            return false;
+        }
+    }
+    state = std::move(fresh);
+    return true;
+}
+
+}  // namespace tidemark::core

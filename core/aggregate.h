@@ -20,10 +20,10 @@ Result<AggregateFn> parse_aggregate_fn(std::string_view name);
 std::string_view aggregate_fn_name(AggregateFn fn);
 
 struct AggregateSpec {
-    std::string name;        // the key in the result's "values"
+    std::string name;  // the key in the result's "values"
     AggregateFn fn = AggregateFn::count;
-    int field = -1;          // index into Event::fields; -1 only for count (counts events)
-    double q = 0.5;          // quantile only
+    int field = -1;  // index into Event::fields; -1 only for count (counts events)
+    double q = 0.5;  // quantile only
 };
 
 struct QuantileOptions {
@@ -51,7 +51,7 @@ struct AggregateState {
 /// Concurrency: immutable after construction; share it freely.
 /// Limits: results of an aggregate that saw no value are nullopt (JSON null).
 class AggregateSet {
-public:
+  public:
     AggregateSet() = default;
     AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions quantile);
 
@@ -70,9 +70,9 @@ public:
     void encode(const AggregateState& state, std::string& out) const;
     bool decode(std::string_view& in, AggregateState& state) const;
 
-private:
+  private:
     std::vector<AggregateSpec> specs_;
-    std::vector<uint32_t> offsets_;  // first slot in `values` of each spec
+    std::vector<uint32_t> offsets_;   // first slot in `values` of each spec
     std::vector<int32_t> sketch_of_;  // index in `sketches` of each spec, -1 when none
     uint32_t slots_ = 0;
     QuantileOptions quantile_;

@@ -17,11 +17,16 @@ namespace tidemark::core {
 /// count. When more than `buckets_max` buckets are in use, the lowest ones are collapsed into one:
 /// the bound then holds for quantiles above the collapsed range only (the low tail loses
 /// precision, never the high quantiles telemetry alerts on).
+/// "Lowest" is in value order: the most negative buckets go first, then zero, then the smallest
+/// positive ones. Collapsed values are counted apart and reported as the lowest bucket kept, so
+/// the state depends only on the multiset of values added, not on the order of adds and merges.
+/// NaN is ignored; +-infinity counts as +-DBL_MAX.
 /// Concurrency: none; a plain value type.
-/// Limits: memory is at most buckets_max * 8 bytes plus a vector header; buckets are sparse, so
-/// typical telemetry uses a few dozen.
+/// Limits: 1e-6 <= relative_error < 1 and buckets_max >= 1 (asserted; config validates them).
+/// Memory is at most buckets_max * 16 bytes plus the object; buckets are sparse, so typical
+/// telemetry uses a few dozen.
 class QuantileSketch {
-public:
+  public:
     QuantileSketch() = default;
     QuantileSketch(double relative_error, uint32_t buckets_max);
 
@@ -32,6 +37,8 @@ public:
     double quantile(double q) const;
     uint64_t count() const { return count_; }
     bool empty() const { return count_ == 0; }
+    double relative_error() const { return relative_error_; }
+    uint32_t buckets_max() const { return buckets_max_; }
     size_t bytes() const;
 
     /// Appends a portable binary encoding; decode() reads it back (false on damaged input).
@@ -40,12 +47,20 @@ public:
 
     bool operator==(const QuantileSketch&) const = default;
 
-private:
+  private:
+    static double gamma_log_of(double relative_error);
+    int32_t index_of(double magnitude) const;
+    double value_of(int32_t index) const;
+    void collapse();
+    bool below_lowest_kept(bool positive, int32_t index) const;
+
     double relative_error_ = 0.01;
     uint32_t buckets_max_ = 1024;
-    double gamma_log_ = 0;  // ln(gamma), cached
+    double gamma_log_ = gamma_log_of(relative_error_);  // ln(gamma), cached
     uint64_t count_ = 0;
     uint64_t zero_count_ = 0;
+    // Values below the lowest bucket kept, after collapsing (see the class comment).
+    uint64_t collapsed_count_ = 0;
     // Sorted by index; (bucket index, count).
     std::vector<std::pair<int32_t, uint64_t>> positive_;
     std::vector<std::pair<int32_t, uint64_t>> negative_;

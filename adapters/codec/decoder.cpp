@@ -1,0 +1,340 @@
+#include "adapters/codec/decoder.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "adapters/codec/timestamp.h"
+#include "adapters/codec/topic.h"
+
+namespace tidemark::codec {
+namespace {
+
+using config::Extractor;
+using config::TimestampSpec;
+
+EpochUnit epoch_unit(TimestampSpec::Format format) {
+    switch (format) {
+        case TimestampSpec::epoch_s:
+            return EpochUnit::s;
+        case TimestampSpec::epoch_us:
+            return EpochUnit::us;
+        case TimestampSpec::epoch_ns:
+            return EpochUnit::ns;
+        default:
+            return EpochUnit::ms;
+    }
+}
+
+std::string_view format_name(TimestampSpec::Format format) {
+    switch (format) {
+        case TimestampSpec::epoch_s:
+            return "epoch_s";
+        case TimestampSpec::epoch_ms:
+            return "epoch_ms";
+        case TimestampSpec::epoch_us:
+            return "epoch_us";
+        case TimestampSpec::epoch_ns:
+            return "epoch_ns";
+        case TimestampSpec::rfc3339:
+            return "rfc3339";
+    }
+    return "?";
+}
+
+std::string_view type_name(simdjson::dom::element_type type) {
+    using T = simdjson::dom::element_type;
+    switch (type) {
+        case T::ARRAY:
+            return "an array";
+        case T::OBJECT:
+            return "an object";
+        case T::INT64:
+        case T::UINT64:
+        case T::DOUBLE:
+            return "a number";
+        case T::STRING:
+            return "a string";
+        case T::BOOL:
+            return "a boolean";
+        case T::NULL_VALUE:
+            return "null";
+    }
+    return "?";
+}
+
+// Shortest text that reads back as the same number.
+void append_number(std::string& out, double value) {
+    char buffer[32];
+    auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+    out.append(buffer, end);
+}
+template <typename Int>
+void append_integer(std::string& out, Int value) {
+    char buffer[24];
+    auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+    out.append(buffer, end);
+}
+
+void append_escaped_part(std::string& out, std::string_view part) {
+    for (char c : part) {
+        if (c == '|') {
+            out += "%7C";
+        } else if (c == '%') {
+            out += "%25";
+        } else {
+            out += c;
+        }
+    }
+}
+
+}  // namespace
+
+std::string_view decode_status_name(DecodeStatus status) {
+    switch (status) {
+        case DecodeStatus::ok:
+            return "ok";
+        case DecodeStatus::not_utf8:
+            return "not_utf8";
+        case DecodeStatus::malformed_json:
+            return "malformed_json";
+        case DecodeStatus::not_an_object:
+            return "not_an_object";
+        case DecodeStatus::missing_key:
+            return "missing_key";
+        case DecodeStatus::bad_key:
+            return "bad_key";
+        case DecodeStatus::missing_partition:
+            return "missing_partition";
+        case DecodeStatus::bad_partition:
+            return "bad_partition";
+        case DecodeStatus::missing_timestamp:
+            return "missing_timestamp";
+        case DecodeStatus::bad_timestamp:
+            return "bad_timestamp";
+    }
+    return "?";
+}
+
+struct Decoder::Impl {
+    std::string topic_filter;
+    std::vector<Extractor> key;
+    std::vector<Extractor> partition;  // empty: same as key
+    TimestampSpec timestamp;
+    std::vector<std::string> field_pointers;
+    simdjson::dom::parser parser;
+
+    // Writes the key (or partition) into `out`; on failure sets reason and returns the status.
+    DecodeStatus extract(const std::vector<Extractor>& parts, std::string_view topic,
+                         simdjson::dom::element root, bool is_partition, std::string& out,
+                         std::string& reason) {
+        const std::string_view what = is_partition ? "partition" : "key";
+        const DecodeStatus missing =
+            is_partition ? DecodeStatus::missing_partition : DecodeStatus::missing_key;
+        const DecodeStatus bad = is_partition ? DecodeStatus::bad_partition : DecodeStatus::bad_key;
+        const bool composite = parts.size() > 1;
+        out.clear();
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const Extractor& part = parts[i];
+            if (i > 0) out += '|';
+            if (part.kind == Extractor::topic_level) {
+                auto level = topic_level(topic, part.level);
+                if (!level) {
+                    reason.assign("the ").append(what).append(" is topic level ");
+                    append_integer(reason, part.level);
+                    reason.append(" but topic \"").append(topic).append("\" has fewer levels");
+                    return missing;
+                }
+                if (composite) {
+                    append_escaped_part(out, *level);
+                } else {
+                    out.append(*level);
+                }
+                continue;
+            }
+            auto value = root.at_pointer(part.pointer);
+            if (value.error()) {
+                reason.assign("the ").append(what).append(" pointer ").append(part.pointer);
+                reason.append(" is not in the payload");
+                return missing;
+            }
+            simdjson::dom::element e = value.value_unsafe();
+            switch (e.type()) {
+                case simdjson::dom::element_type::STRING: {
+                    std::string_view s = e.get_string().value_unsafe();
+                    if (composite) {
+                        append_escaped_part(out, s);
+                    } else {
+                        out.append(s);
+                    }
+                    break;
+                }
+                case simdjson::dom::element_type::INT64:
+                    append_integer(out, e.get_int64().value_unsafe());
+                    break;
+                case simdjson::dom::element_type::UINT64:
+                    append_integer(out, e.get_uint64().value_unsafe());
+                    break;
+                case simdjson::dom::element_type::DOUBLE:
+                    append_number(out, e.get_double().value_unsafe());
+                    break;
+                case simdjson::dom::element_type::BOOL:
+                    out.append(e.get_bool().value_unsafe() ? "true" : "false");
+                    break;
+                default:
+                    reason.assign("the ").append(what).append(" pointer ").append(part.pointer);
+                    reason.append(" is ").append(type_name(e.type()));
+                    reason.append(": use a string, number or boolean");
+                    return bad;
+            }
+        }
+        if (out.empty()) {
+            reason.assign("the ").append(what).append(" is empty");
+            return missing;
+        }
+        if (out.size() > key_bytes_max) {
+            reason.assign("the ").append(what).append(" is ");
+            append_integer(reason, out.size());
+            reason.append(" bytes, more than the ");
+            append_integer(reason, key_bytes_max);
+            reason.append(" allowed");
+            return bad;
+        }
+        return DecodeStatus::ok;
+    }
+
+    DecodeStatus event_time(simdjson::dom::element root, int64_t& event_ms, std::string& reason) {
+        auto value = root.at_pointer(timestamp.pointer);
+        if (value.error() || value.value_unsafe().is_null()) {
+            reason.assign("the timestamp pointer ").append(timestamp.pointer);
+            reason.append(value.error() ? " is not in the payload" : " is null");
+            return DecodeStatus::missing_timestamp;
+        }
+        simdjson::dom::element e = value.value_unsafe();
+        std::optional<int64_t> ms;
+        const auto type = e.type();
+        if (timestamp.format == TimestampSpec::rfc3339) {
+            if (type == simdjson::dom::element_type::STRING) {
+                ms = parse_rfc3339_ms(e.get_string().value_unsafe());
+            }
+        } else {
+            const EpochUnit unit = epoch_unit(timestamp.format);
+            switch (type) {
+                case simdjson::dom::element_type::INT64:
+                    ms = epoch_integer_ms(e.get_int64().value_unsafe(), unit);
+                    break;
+                case simdjson::dom::element_type::UINT64:
+                    break;  // above int64: no time in range
+                case simdjson::dom::element_type::DOUBLE:
+                    ms = epoch_double_ms(e.get_double().value_unsafe(), unit);
+                    break;
+                case simdjson::dom::element_type::STRING:
+                    ms = parse_epoch_text_ms(e.get_string().value_unsafe(), unit);
+                    break;
+                default:
+                    break;
+            }
+        }
+        if (!ms || *ms < timestamp_min_ms || *ms > timestamp_max_ms) {
+            reason.assign("the timestamp at ").append(timestamp.pointer).append(" (");
+            if (type == simdjson::dom::element_type::STRING) {
+                std::string_view s = e.get_string().value_unsafe();
+                reason.append("\"").append(s.substr(0, 64)).append("\"");
+            } else {
+                reason.append(type_name(type));
+            }
+            reason.append(") is not a valid ").append(format_name(timestamp.format));
+            reason.append(timestamp.format == TimestampSpec::rfc3339
+                              ? " time such as \"2025-11-29T10:00:00.5Z\""
+                              : " time between years 0 and 9999");
+            return DecodeStatus::bad_timestamp;
+        }
+        event_ms = *ms;
+        return DecodeStatus::ok;
+    }
+};
+
+Decoder::Decoder(const config::PipelineConfig& pipeline) : impl_(std::make_unique<Impl>()) {
+    TM_ASSERT(!pipeline.key.empty());
+    TM_ASSERT(pipeline.field_pointers.size() == pipeline.spec.fields.size());
+    impl_->topic_filter = pipeline.topic_filter;
+    impl_->key = pipeline.key;
+    impl_->partition = pipeline.partition;
+    impl_->timestamp = pipeline.timestamp;
+    impl_->field_pointers = pipeline.field_pointers;
+}
+
+Decoder::~Decoder() = default;
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+
+bool Decoder::matches(std::string_view topic) const noexcept {
+    return topic_matches(impl_->topic_filter, topic);
+}
+
+DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, int64_t ingest_ms,
+                             uint64_t order, DecodedEvent& out) {
+    Impl& d = *impl_;
+    out.event = core::Event{};
+    out.fields_missing = 0;
+    out.reason.clear();
+
+    // realloc_if_needed: the parser copies the payload into its own padded buffer, reused (and
+    // grown only for a larger payload) from one call to the next.
+    auto parsed = d.parser.parse(payload.data(), payload.size(), true);
+    if (parsed.error()) {
+        if (parsed.error() == simdjson::UTF8_ERROR) {
+            out.reason.assign("the payload is not valid UTF-8");
+            return DecodeStatus::not_utf8;
+        }
+        out.reason.assign("the payload is not valid JSON: ");
+        out.reason.append(simdjson::error_message(parsed.error()));
+        return DecodeStatus::malformed_json;
+    }
+    simdjson::dom::element root = parsed.value_unsafe();
+    if (!root.is_object()) {
+        out.reason.assign("the payload is ").append(type_name(root.type()));
+        out.reason.append(", not a JSON object");
+        return DecodeStatus::not_an_object;
+    }
+
+    DecodeStatus status = d.extract(d.key, topic, root, false, out.key_buffer, out.reason);
+    if (status != DecodeStatus::ok) return status;
+    std::string_view partition = out.key_buffer;
+    if (!d.partition.empty()) {
+        status = d.extract(d.partition, topic, root, true, out.partition_buffer, out.reason);
+        if (status != DecodeStatus::ok) return status;
+        partition = out.partition_buffer;
+    }
+
+    int64_t event_ms = ingest_ms;
+    if (!d.timestamp.ingest) {
+        status = d.event_time(root, event_ms, out.reason);
+        if (status != DecodeStatus::ok) return status;
+    }
+
+    out.field_values.resize(d.field_pointers.size());
+    for (size_t i = 0; i < d.field_pointers.size(); ++i) {
+        auto value = root.at_pointer(d.field_pointers[i]);
+        double number = core::field_missing;
+        if (!value.error()) {
+            auto as_double = value.value_unsafe().get_double();
+            if (!as_double.error()) number = as_double.value_unsafe();
+        }
+        if (std::isnan(number)) ++out.fields_missing;
+        out.field_values[i] = number;
+    }
+
+    out.event.key = out.key_buffer;
+    out.event.partition = partition;
+    out.event.event_ms = event_ms;
+    out.event.ingest_ms = ingest_ms;
+    out.event.order = order;
+    out.event.fields = out.field_values;
+    out.event.topic = topic;
+    out.event.payload = payload;
+    return DecodeStatus::ok;
+}
+
+}  // namespace tidemark::codec

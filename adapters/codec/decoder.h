@@ -1,0 +1,89 @@
+// Payload decoding on the hot path: one MQTT message -> one core::Event for one pipeline.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "adapters/config/config.h"
+#include "core/event.h"
+
+namespace tidemark::codec {
+
+/// Why a message did not become an event. Each is counted as malformed by the caller and the
+/// message kept with `DecodedEvent::reason` for inspection; none is fatal.
+enum class DecodeStatus : uint8_t {
+    ok,
+    not_utf8,           // the payload is not valid UTF-8
+    malformed_json,     // not JSON, truncated, or nested deeper than the parser allows
+    not_an_object,      // JSON, but not an object
+    missing_key,        // a key part is absent (topic level or pointer), or the key is empty
+    bad_key,            // a key part is null, an object or an array; or the key is too long
+    missing_partition,  // as missing_key, for the partition
+    bad_partition,      // as bad_key, for the partition
+    missing_timestamp,  // the timestamp pointer is absent or null
+    bad_timestamp,      // the timestamp is not in the configured format, or out of range
+};
+std::string_view decode_status_name(DecodeStatus status);  // "ok", "not_utf8", ...
+
+/// A key (or partition) longer than this is refused: it goes into topics and LMDB keys (whose
+/// limit is 511 bytes with the window bounds and pipeline id alongside).
+inline constexpr size_t key_bytes_max = 256;
+
+/// The result of Decoder::decode, reused from one message to the next.
+///
+/// Operation: after `ok`, `event` holds views into this object's own buffers (key, partition,
+/// fields) and into the topic and payload passed to decode; it is valid until the next decode
+/// into the same object or until those bytes go away. Not copyable, so views cannot dangle.
+/// After any other status, `reason` says what was wrong in a sentence naming the pointer or
+/// topic level.
+struct DecodedEvent {
+    DecodedEvent() = default;
+    DecodedEvent(const DecodedEvent&) = delete;
+    DecodedEvent& operator=(const DecodedEvent&) = delete;
+
+    core::Event event;
+    std::string reason;
+    uint32_t fields_missing = 0;  // fields absent or not numbers (NaN in event.fields)
+
+    // Buffers that `event` points into; capacity is kept across messages.
+    std::string key_buffer;
+    std::string partition_buffer;
+    std::vector<double> field_values;
+};
+
+/// Decodes messages for one pipeline: key and partition from topic levels or JSON pointers,
+/// the event time, and numeric fields by JSON pointer.
+///
+/// Operation: the payload is parsed in full with the simdjson DOM parser (which validates
+/// JSON and UTF-8) from a reusable padded copy. A composite key joins its parts with '|'; inside
+/// a part of a composite key, '%' and '|' are written %25 and %7C so that different parts never
+/// join to the same key. Key parts that are numbers or booleans are their JSON text (numbers
+/// in shortest round-trip form: 7.50 -> "7.5"). Epoch timestamps may be JSON numbers (integer
+/// or fractional) or strings holding a decimal number; rfc3339 must be a string.
+/// Concurrency: one Decoder per thread; it owns its parser.
+/// Limits: no allocation per message once the buffers have grown to the largest payload and
+/// key seen. Payload size is bounded by the caller (source.max_payload).
+class Decoder {
+  public:
+    explicit Decoder(const config::PipelineConfig& pipeline);
+    ~Decoder();
+    Decoder(Decoder&&) noexcept;
+    Decoder& operator=(Decoder&&) noexcept;
+
+    /// Fills `out.event` (with `ingest_ms`, `order`, `topic`, `payload` as given) or returns why
+    /// it could not. Does not check the topic against the pipeline's filter (see matches).
+    DecodeStatus decode(std::string_view topic, std::string_view payload, int64_t ingest_ms,
+                        uint64_t order, DecodedEvent& out);
+
+    /// Does `topic` match this pipeline's topic filter?
+    bool matches(std::string_view topic) const noexcept;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tidemark::codec

@@ -1,0 +1,89 @@
+#include "adapters/codec/json_text.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "adapters/codec/utf8.h"
+
+namespace tidemark::codec {
+
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    for (size_t i = 0; i < s.size();) {
+        auto b = static_cast<unsigned char>(s[i]);
+        if (b >= 0x80) {
+            size_t n = utf8_sequence_length(s, i);
+            if (n == 0) {
+                out += "\\ufffd";
+                ++i;
+            } else {
+                out.append(s.substr(i, n));
+                i += n;
+            }
+            continue;
+        }
+        if (b == '"' || b == '\\') {
+            out += '\\';
+            out += static_cast<char>(b);
+        } else if (b < 0x20) {
+            out += "\\u00";
+            out += hex[b >> 4];
+            out += hex[b & 15];
+        } else {
+            out += static_cast<char>(b);
+        }
+        ++i;
+    }
+    out += '"';
+}
+
+void append_json_integer(std::string& out, int64_t value) {
+    char buffer[24];
+    auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+    out.append(buffer, end);
+}
+
+void append_json_number(std::string& out, double value) {
+    if (!std::isfinite(value)) {
+        out += "null";
+        return;
+    }
+    constexpr double exact_integer_max = 9007199254740992.0;  // 2^53
+    if (std::fabs(value) <= exact_integer_max && value == std::trunc(value)) {
+        append_json_integer(out, static_cast<int64_t>(value));
+        return;
+    }
+    char buffer[32];
+    auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+    out.append(buffer, end);
+}
+
+void append_base64(std::string& out, std::string_view bytes) {
+    static constexpr char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t i = 0;
+    auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])); };
+    for (; i + 3 <= bytes.size(); i += 3) {
+        uint32_t v = at(i) << 16 | at(i + 1) << 8 | at(i + 2);
+        out += alphabet[v >> 18];
+        out += alphabet[(v >> 12) & 63];
+        out += alphabet[(v >> 6) & 63];
+        out += alphabet[v & 63];
+    }
+    size_t rest = bytes.size() - i;
+    if (rest == 1) {
+        uint32_t v = at(i) << 16;
+        out += alphabet[v >> 18];
+        out += alphabet[(v >> 12) & 63];
+        out += "==";
+    } else if (rest == 2) {
+        uint32_t v = at(i) << 16 | at(i + 1) << 8;
+        out += alphabet[v >> 18];
+        out += alphabet[(v >> 12) & 63];
+        out += alphabet[(v >> 6) & 63];
+        out += '=';
+    }
+}
+
+}  // namespace tidemark::codec

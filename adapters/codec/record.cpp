@@ -1,0 +1,93 @@
+#include "adapters/codec/record.h"
+
+#include "adapters/codec/json_text.h"
+#include "adapters/codec/utf8.h"
+#include "core/result.h"
+
+namespace tidemark::codec {
+namespace {
+
+void append_window(std::string& out, int64_t start_ms, int64_t end_ms) {
+    out += "\"window\":{\"start\":";
+    append_json_integer(out, start_ms);
+    out += ",\"end\":";
+    append_json_integer(out, end_ms);
+    out += '}';
+}
+
+}  // namespace
+
+void encode_result(std::string_view node_id, std::string_view pipeline,
+                   std::span<const std::string> aggregate_names, const core::Emission& e,
+                   std::string& out) {
+    TM_ASSERT(aggregate_names.size() == e.values.size());
+    static constexpr char hex[] = "0123456789abcdef";
+    out.clear();
+    out += "{\"id\":\"";
+    for (int shift = 60; shift >= 0; shift -= 4)
+        out += hex[(e.id >> shift) & 15];
+    out += "\",\"node\":";
+    append_json_string(out, node_id);
+    out += ",\"pipeline\":";
+    append_json_string(out, pipeline);
+    out += ",\"key\":";
+    append_json_string(out, e.key);
+    out += ',';
+    append_window(out, e.start_ms, e.end_ms);
+    out += ",\"kind\":";
+    append_json_string(out, core::emission_kind_name(e.kind));
+    out += ",\"revision\":";
+    append_json_integer(out, e.revision);
+    out += ",\"closed_by\":";
+    append_json_string(out, core::closed_by_name(e.closed_by));
+    out += ",\"values\":{";
+    for (size_t i = 0; i < e.values.size(); ++i) {
+        if (i) out += ',';
+        append_json_string(out, aggregate_names[i]);
+        out += ':';
+        if (e.values[i]) {
+            append_json_number(out, *e.values[i]);
+        } else {
+            out += "null";
+        }
+    }
+    out += "},\"watermark\":";
+    append_json_integer(out, e.watermark_ms);
+    out += '}';
+}
+
+void encode_side_output(std::string_view node_id, std::string_view pipeline,
+                        const core::SideOutput& side, std::string& out) {
+    out.clear();
+    out += "{\"node\":";
+    append_json_string(out, node_id);
+    out += ",\"pipeline\":";
+    append_json_string(out, pipeline);
+    out += ",\"reason\":";
+    append_json_string(out, side.reason);
+    out += ",\"key\":";
+    append_json_string(out, side.key);
+    out += ",\"log_offset\":";
+    out += std::to_string(side.order);
+    out += ",\"event_ms\":";
+    append_json_integer(out, side.event_ms);
+    out += ",\"ingest_ms\":";
+    append_json_integer(out, side.ingest_ms);
+    out += ',';
+    append_window(out, side.window_start_ms, side.window_end_ms);
+    out += ",\"watermark\":";
+    append_json_integer(out, side.watermark_ms);
+    out += ",\"topic\":";
+    append_json_string(out, side.topic);
+    if (is_valid_utf8(side.payload)) {
+        out += ",\"payload\":";
+        append_json_string(out, side.payload);
+    } else {
+        out += ",\"payload_base64\":\"";
+        append_base64(out, side.payload);
+        out += '"';
+    }
+    out += '}';
+}
+
+}  // namespace tidemark::codec

@@ -1,0 +1,29 @@
+// The records that leave the process (DESIGN.md section 7): window results and side output.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/emission.h"
+
+namespace tidemark::codec {
+
+/// Writes `emission` as one compact JSON object into `out` (replacing its contents), keys in
+/// this order: id (16 lowercase hex digits), node, pipeline, key, window {start, end}, kind,
+/// revision, closed_by, values {name: number or null, in aggregate order}, watermark.
+/// Byte-stable: the same emission gives the same bytes on every run and machine (numbers as
+/// append_json_number). `aggregate_names` are the pipeline's aggregate names in spec order;
+/// there must be one per value.
+void encode_result(std::string_view node_id, std::string_view pipeline,
+                   std::span<const std::string> aggregate_names, const core::Emission& emission,
+                   std::string& out);
+
+/// Writes a too-late event as one compact JSON object into `out` (replacing its contents):
+/// node, pipeline, reason, key, log_offset, event_ms, ingest_ms, window {start, end},
+/// watermark, topic, then the payload as "payload" (a JSON string) when it is valid UTF-8, or
+/// as "payload_base64" when it is not.
+void encode_side_output(std::string_view node_id, std::string_view pipeline,
+                        const core::SideOutput& side, std::string& out);
+
+}  // namespace tidemark::codec

@@ -1,0 +1,97 @@
+#include "adapters/codec/topic.h"
+
+#include "adapters/codec/utf8.h"
+
+namespace tidemark::codec {
+
+bool topic_matches(std::string_view filter, std::string_view topic) noexcept {
+    if (!topic.empty() && topic[0] == '$' && !filter.empty() &&
+        (filter[0] == '+' || filter[0] == '#')) {
+        return false;
+    }
+    size_t filter_at = 0;
+    size_t topic_at = 0;
+    while (true) {
+        size_t filter_end = filter.find('/', filter_at);
+        if (filter_end == std::string_view::npos) filter_end = filter.size();
+        std::string_view f = filter.substr(filter_at, filter_end - filter_at);
+        if (f == "#") return true;
+        size_t topic_end = topic.find('/', topic_at);
+        if (topic_end == std::string_view::npos) topic_end = topic.size();
+        std::string_view t = topic.substr(topic_at, topic_end - topic_at);
+        if (f != "+" && f != t) return false;
+        bool filter_done = filter_end == filter.size();
+        bool topic_done = topic_end == topic.size();
+        if (filter_done) return topic_done;
+        // "a/#" matches "a": the parent level is part of the multi-level wildcard.
+        if (topic_done) return filter.substr(filter_end + 1) == "#";
+        filter_at = filter_end + 1;
+        topic_at = topic_end + 1;
+    }
+}
+
+std::optional<std::string_view> topic_level(std::string_view topic, int level) noexcept {
+    if (level < 0) return std::nullopt;
+    size_t start = 0;
+    for (int i = 0; i < level; ++i) {
+        size_t slash = topic.find('/', start);
+        if (slash == std::string_view::npos) return std::nullopt;
+        start = slash + 1;
+    }
+    size_t end = topic.find('/', start);
+    if (end == std::string_view::npos) end = topic.size();
+    return topic.substr(start, end - start);
+}
+
+void append_topic_level_escaped(std::string& out, std::string_view value) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    auto escape = [&](unsigned char b) {
+        out += '%';
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    };
+    for (size_t i = 0; i < value.size();) {
+        auto b = static_cast<unsigned char>(value[i]);
+        if (b < 0x80) {
+            if (b < 0x20 || b == 0x7F || b == '/' || b == '+' || b == '#' || b == '%') {
+                escape(b);
+            } else {
+                out += static_cast<char>(b);
+            }
+            ++i;
+            continue;
+        }
+        size_t n = utf8_sequence_length(value, i);
+        if (n == 0) {
+            escape(b);
+            ++i;
+        } else {
+            out.append(value.substr(i, n));
+            i += n;
+        }
+    }
+}
+
+std::string expand_topic_template(std::string_view tmpl, std::string_view node_id,
+                                  std::string_view pipeline, std::string_view key) {
+    std::string out;
+    out.reserve(tmpl.size() + node_id.size() + pipeline.size() + key.size());
+    for (size_t i = 0; i < tmpl.size();) {
+        std::string_view rest = tmpl.substr(i);
+        if (rest.starts_with("{node_id}")) {
+            append_topic_level_escaped(out, node_id);
+            i += 9;
+        } else if (rest.starts_with("{pipeline}")) {
+            append_topic_level_escaped(out, pipeline);
+            i += 10;
+        } else if (rest.starts_with("{key}")) {
+            append_topic_level_escaped(out, key);
+            i += 5;
+        } else {
+            out += tmpl[i++];
+        }
+    }
+    return out;
+}
+
+}  // namespace tidemark::codec

@@ -1,0 +1,30 @@
+// MQTT topic names: filter matching on the hot path, and topics built from templates.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tidemark::codec {
+
+/// Does `topic` match the MQTT `filter` ('+' one level, '#' this level and all below,
+/// "a/#" also matching "a")? Topics starting with '$' match no filter that starts with a
+/// wildcard (MQTT 3.1.1 section 4.7.2). Allocates nothing. The filter is assumed valid (the
+/// config checked it).
+bool topic_matches(std::string_view filter, std::string_view topic) noexcept;
+
+/// The `level`th level of `topic` (from 0), or nullopt when it has fewer levels.
+std::optional<std::string_view> topic_level(std::string_view topic, int level) noexcept;
+
+/// Appends `value` so that it stays inside one topic level: '/', '+', '#', '%', control
+/// characters (NUL included) and bytes that are not valid UTF-8 become %XX (uppercase hex).
+/// Everything else, multi-byte UTF-8 included, is copied.
+void append_topic_level_escaped(std::string& out, std::string_view value);
+
+/// "tidemark/{node_id}/{pipeline}" with each placeholder ({node_id}, {pipeline}, {key})
+/// replaced by its value escaped as above: a key can never add levels or wildcards. Other text
+/// is copied. Used for the upstream, side-output and health topics.
+std::string expand_topic_template(std::string_view tmpl, std::string_view node_id,
+                                  std::string_view pipeline, std::string_view key);
+
+}  // namespace tidemark::codec

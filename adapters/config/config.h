@@ -1,0 +1,146 @@
+// The appliance's configuration: DESIGN.md section 6 as typed values, and the loader that
+// refuses anything it does not understand, with every error at once.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/pipeline.h"
+
+namespace tidemark::config {
+
+/// Where a key or partition comes from: the Nth level of the MQTT topic (from 0) or a JSON
+/// pointer into the payload. Config spelling: "topic:1" or "/device/id".
+struct Extractor {
+    enum Kind { topic_level, json_pointer };
+    Kind kind = topic_level;
+    int level = 0;        // topic_level only
+    std::string pointer;  // json_pointer only (RFC 6901, starts with '/')
+    bool operator==(const Extractor&) const = default;
+};
+
+/// Where an event's time comes from: the gateway's ingest time, or a payload field in a format.
+struct TimestampSpec {
+    enum Format { epoch_s, epoch_ms, epoch_us, epoch_ns, rfc3339 };
+    bool ingest = true;
+    std::string pointer;  // when !ingest
+    Format format = epoch_ms;
+    bool operator==(const TimestampSpec&) const = default;
+};
+
+/// One pipeline: what the engine computes (spec) and how a message becomes an event.
+struct PipelineConfig {
+    core::PipelineSpec spec;
+    std::string topic_filter;          // MQTT filter, '+' and '#' allowed
+    std::vector<Extractor> key;        // one, or several for a composite key
+    std::vector<Extractor> partition;  // empty: the partition is the key
+    TimestampSpec timestamp;
+    std::vector<std::string> field_pointers;  // parallel to spec.fields
+};
+
+/// Paths are absolute after loading (relative ones resolve against the config file's
+/// directory); each file was readable at load time.
+struct TlsConfig {
+    std::string ca_file;
+    std::string cert_file;
+    std::string key_file;
+};
+
+enum class FsyncPolicy { always, interval, never };
+
+struct LogRetention {
+    int64_t max_age_ms = 7LL * 24 * 3600 * 1000;
+    uint64_t max_bytes = 512ULL << 20;
+};
+
+struct StorageConfig {
+    uint64_t map_size_bytes = 1ULL << 30;
+    FsyncPolicy fsync = FsyncPolicy::interval;
+    int64_t fsync_interval_ms = 1000;
+    LogRetention log_retention;
+    uint64_t segment_bytes = 64ULL << 20;
+};
+
+struct CheckpointConfig {
+    int64_t interval_ms = 5000;
+};
+
+struct SourceConfig {
+    std::string uri;
+    std::string client_id;  // default "tidemark-<node_id>"
+    std::string username;   // empty: no authentication
+    std::string password;   // the contents of password_file, trailing newlines removed
+    std::optional<TlsConfig> tls;
+    uint64_t max_payload_bytes = 64ULL << 10;
+};
+
+enum class WhenFull { drop_oldest, pause_ingest };
+
+struct OutboxConfig {
+    uint64_t max_bytes = 256ULL << 20;
+    WhenFull when_full = WhenFull::drop_oldest;
+};
+
+struct UpstreamConfig {
+    std::string uri;
+    std::string client_id;  // default "<node_id>"
+    std::string username;
+    std::string password;
+    std::optional<TlsConfig> tls;
+    std::string topic = "tidemark/{node_id}/{pipeline}";  // template, see expand_topic_template
+    std::string side_topic = "tidemark/{node_id}/{pipeline}/side";  // too-late events
+    int qos = 1;
+    uint32_t max_inflight = 64;
+    OutboxConfig outbox;
+    bool compact_superseded = false;
+};
+
+struct HealthConfig {
+    std::string topic = "tidemark/{node_id}/health";  // status (LWT) goes to "<topic>/status"
+    int64_t interval_ms = 10'000;
+};
+
+struct Config {
+    std::string node_id;
+    std::string data_dir = "/var/lib/tidemark";
+    StorageConfig storage;
+    CheckpointConfig checkpoint;
+    SourceConfig source;
+    std::optional<UpstreamConfig> upstream;  // absent: results stay in the outbox
+    HealthConfig health;
+    std::string log_level = "info";  // trace, debug, info, warn or error
+    std::vector<PipelineConfig> pipelines;
+};
+
+/// One thing wrong with a config: where (an RFC 6901 pointer into the document; "" for the
+/// whole file) and a sentence that says what to do.
+struct ConfigError {
+    std::string pointer;
+    std::string message;
+    bool operator==(const ConfigError&) const = default;
+};
+
+using ConfigResult = std::expected<Config, std::vector<ConfigError>>;
+
+/// Bytes of state each open window costs beyond its aggregates (keys, LMDB row and map overhead),
+/// in the map-size budget.
+inline constexpr uint64_t window_overhead_bytes = 64;
+
+/// Parses and validates a config file. Relative paths in it (data_dir, password_file, TLS
+/// files) resolve against the file's directory. Every error is reported, not only the first.
+ConfigResult load_config_file(const std::string& path);
+
+/// As load_config_file, for text already in memory.
+ConfigResult parse_config(std::string_view json, const std::string& base_dir_for_relative_files);
+
+/// One error per line, "pointer: message" ("(root)" for the empty pointer), for check-config.
+std::string format_errors(const std::vector<ConfigError>& errors);
+
+std::string_view fsync_policy_name(FsyncPolicy policy);
+std::string_view when_full_name(WhenFull when_full);
+
+}  // namespace tidemark::config

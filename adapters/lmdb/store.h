@@ -1,0 +1,161 @@
+// The LMDB store: window state and checkpoint meta, the outbox and the side output, in one
+// environment under data_dir/lmdb (DESIGN.md sections 1 and 5).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "adapters/lmdb/types.h"
+#include "core/engine.h"
+
+namespace tidemark::lmdb {
+
+class CheckpointTxn;
+
+/// Durable state of the appliance.
+///
+/// Operation: one LMDB environment (a directory: data.mdb + lock.mdb) with the named databases
+/// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
+/// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` (id -> seq, the unique index),
+/// `outbox_id_seqs` (seq -> id, so prune_ids costs what it prunes), `outbox_windows`
+/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> record). Every write is
+/// one transaction committed with a full fsync: power loss costs at most the writes not yet
+/// returned, never integrity. A failed write leaves nothing behind (the txn is aborted).
+/// open() checks an existing store read-only before anything is written to it: a damaged store or
+/// one of an unknown format version is refused and left byte for byte as it was.
+///
+/// Concurrency: all methods may be called from any thread. LMDB serialises write transactions;
+/// reads (peek, for_each_state, stats) never block or are blocked by writes. The thread holding
+/// an open CheckpointTxn must not call another writing method before committing or dropping it
+/// (it would wait for itself; asserted). Open one Store per directory per process: LMDB's locks
+/// are per process and closing a second handle to the same files drops them. Other processes
+/// (tidemark replay/inspect) open it read_only at the same time.
+///
+/// Limits: keys are at most max_key_bytes() (511); values up to the map. The outbox is bounded by
+/// outbox_bytes_max, the side output by side_bytes_max, the whole store by map_size_bytes
+/// (errc::map_full, after which the store stays usable: delete rows, then retry). outbox_ids grows
+/// with every row appended until prune_ids() is called. Reader slots: readers_max.
+class Store {
+  public:
+    /// Opens or creates the store in options.dir. Read-only: the store must exist.
+    static StoreResult<std::unique_ptr<Store>> open(const StoreOptions& options);
+    ~Store();
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    /// Reader slots of dead processes cleared by open() (mdb_reader_check).
+    size_t stale_readers_cleared() const { return stale_readers_cleared_; }
+    /// Clears reader slots of dead processes now (e.g. a killed `tidemark replay`); returns how
+    /// many.
+    StoreResult<size_t> check_stale_readers();
+
+    const std::string& dir() const { return options_.dir; }
+    bool read_only() const { return options_.read_only; }
+    static constexpr uint64_t format_version = 1;
+    static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
+
+    // --- checkpoint and state -------------------------------------------------------------
+
+    /// Starts the checkpoint write transaction (one at a time; waits for other writers).
+    StoreResult<std::unique_ptr<CheckpointTxn>> begin_checkpoint();
+    /// The last committed checkpoint, or nullopt for a store that never had one.
+    StoreResult<std::optional<CheckpointMeta>> load_checkpoint();
+    /// Calls fn for every state entry in key order, in one read snapshot; stops at fn's first
+    /// error.
+    StoreResult<void> for_each_state(
+        const std::function<Result<void>(std::string_view key, std::string_view value)>& fn);
+    /// Deletes every state entry whose key starts with prefix (one pipeline's state); returns how
+    /// many.
+    StoreResult<size_t> drop_prefix(std::string_view prefix);
+
+    // --- outbox ---------------------------------------------------------------------------
+
+    /// Appends a batch in one transaction: assigns seqs in order, skips rows whose id was seen,
+    /// compacts superseded unsent rows (compact_superseded), enforces outbox_bytes_max.
+    /// errc::full (pause_ingest) and errc::map_full write nothing: retry the same batch later.
+    StoreResult<AppendResult> outbox_append(std::span<const OutboxRow> rows);
+    /// Up to limit rows with seq >= from_seq, in seq order.
+    StoreResult<std::vector<OutboxRow>> outbox_peek(uint64_t from_seq, size_t limit);
+    /// Deletes rows (on PUBACK); missing seqs are fine. Their ids stay in the index (prune_ids).
+    StoreResult<void> outbox_delete(std::span<const uint64_t> seqs);
+    /// Forgets the ids of rows with seq < below_seq. Call with the outbox_seq_next of the last
+    /// committed checkpoint: replay from it can never regenerate those emissions.
+    StoreResult<size_t> prune_ids(uint64_t below_seq);
+    /// The forwarder has taken (published, maybe not acknowledged) every row with seq < seq_next:
+    /// compaction leaves them alone. Starts at the seq_next found at open: rows from before a
+    /// restart may have reached the broker.
+    void set_claimed(uint64_t seq_next);
+    uint64_t claimed_seq_next() const { return claimed_seq_next_.load(); }
+    StoreResult<OutboxStats> outbox_stats();
+
+    // --- side output ----------------------------------------------------------------------
+
+    /// Appends records in one transaction; beyond side_bytes_max the oldest are dropped (counted).
+    StoreResult<void> side_append(std::span<const std::string> records);
+    StoreResult<std::vector<SideRow>> side_peek(uint64_t from_seq, size_t limit);
+    StoreResult<void> side_delete(std::span<const uint64_t> seqs);
+    StoreResult<SideStats> side_stats();
+
+    // --- health ---------------------------------------------------------------------------
+
+    /// Bytes of the map in use (high-water mark of pages; freed pages are reused before it grows).
+    StoreResult<uint64_t> map_used_bytes();
+    uint64_t map_size_bytes() const;
+
+    struct Impl;
+
+  private:
+    explicit Store(StoreOptions options);
+    friend class CheckpointTxn;
+
+    StoreOptions options_;
+    std::unique_ptr<Impl> impl_;
+    size_t stale_readers_cleared_ = 0;
+    std::atomic<uint64_t> claimed_seq_next_{0};
+    std::atomic<std::thread::id> checkpoint_owner_{};
+};
+
+/// One checkpoint: the engine writes its changed state through put/erase, then commit() records
+/// the meta and commits everything in one fully synced transaction.
+///
+/// Operation: errors are latched: after the first failed put/erase the txn is poisoned, further
+/// calls do nothing and commit() returns that first error. Erasing a missing key is fine.
+/// Destroying the txn without a successful commit aborts it: the previous checkpoint stays.
+/// Concurrency: use it from the thread that began it; it holds the store's write lock until
+/// commit or destruction.
+class CheckpointTxn final : public core::StateWriter {
+  public:
+    ~CheckpointTxn() override;
+    CheckpointTxn(const CheckpointTxn&) = delete;
+    CheckpointTxn& operator=(const CheckpointTxn&) = delete;
+
+    void put(std::string_view key, std::string_view value) override;
+    void erase(std::string_view key) override;
+    /// Writes meta and commits. meta.outbox_seq_next must not exceed the outbox's seq_next.
+    StoreResult<void> commit(const CheckpointMeta& meta);
+    /// The first error, if poisoned.
+    const std::optional<StoreError>& error() const { return error_; }
+    uint64_t puts() const { return puts_; }
+    uint64_t erases() const { return erases_; }
+
+  private:
+    friend class Store;
+    CheckpointTxn(Store& store, void* txn);
+    void abort();
+
+    Store& store_;
+    void* txn_;  // MDB_txn*, kept opaque so this header stays free of lmdb.h
+    std::optional<StoreError> error_;
+    uint64_t puts_ = 0;
+    uint64_t erases_ = 0;
+};
+
+}  // namespace tidemark::lmdb

@@ -1,0 +1,138 @@
+// The writing end of the ingest log: appends CRC-framed records to segment files.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "adapters/log/log_options.h"
+#include "adapters/log/record.h"
+#include "core/result.h"
+
+namespace tidemark::log {
+
+/// ingest_ms of a segment that holds no record yet, or whose first record cannot be read.
+inline constexpr int64_t ingest_ms_unknown = INT64_MIN;
+
+struct LogStats {
+    uint64_t records_appended = 0;  // by this writer since open
+    uint64_t bytes_appended = 0;    // frame bytes, by this writer since open
+    uint64_t append_errors = 0;     // appends that returned an error (nothing was appended)
+    uint64_t syncs = 0;             // fdatasync calls that made new data durable
+    uint64_t rollovers = 0;
+    uint64_t tail_truncations = 0;  // 1 if open() cut a torn or corrupt tail, else 0
+    uint64_t tail_bytes_cut = 0;
+    uint64_t segments_removed = 0;  // by retention since open
+    uint64_t bytes_removed = 0;
+    uint64_t segments = 0;  // gauges from here on
+    uint64_t first_offset = 0;
+    uint64_t end_offset = 0;
+    uint64_t durable_offset = 0;
+    uint64_t total_bytes = 0;
+    int64_t oldest_ingest_ms = ingest_ms_unknown;
+    int64_t last_ingest_ms = ingest_ms_unknown;
+};
+
+struct RetentionResult {
+    uint64_t segments_removed = 0;
+    uint64_t bytes_removed = 0;
+    uint64_t first_offset = 0;  // the oldest offset still retained
+};
+
+/// Appends records to the log in DIR (see record.h for the frame, segment_files.h for names).
+///
+/// Operation: open() scans the newest segment (only it: a segment is fsynced before the next
+/// one is created, so only the newest can have a torn tail), cuts a torn or corrupt tail at the
+/// last good record, counts the cut in stats(), and fdatasyncs, so that everything found is
+/// durable. append() writes one frame with one pwritev() (no copy of topic or payload, no
+/// allocation), clamps ingest_ms so that it never decreases (also across restarts), and returns
+/// the record's offset. A failed write (ENOSPC, EFBIG, EIO) is rolled back by truncating the
+/// segment to its last good end, so the writer stays usable and the caller can back off and
+/// retry. A failed fdatasync or rollback leaves the writer poisoned (Linux may have dropped
+/// the dirty pages: the only safe way on is to reopen, which rescans the tail): every later
+/// call returns that error.
+/// Concurrency: append() and maybe_sync() are meant for one thread (the ingest callback);
+/// sync(), apply_retention() and stats() may be called from other threads at the same time
+/// (a mutex serialises them; sync() runs its fdatasync outside it, on a dup of the fd, so a
+/// checkpoint's sync does not stall ingest). end_offset(), durable_offset(), first_offset(),
+/// total_bytes() and oldest_ingest_ms() are lock-free. Readers in other threads or processes
+/// may tail the files at the same time (LogReader). Only one writer may own a directory; this
+/// is not enforced (the runtime holds its own lock on data_dir).
+/// Limits: a record body is at most record_body_bytes_max, a topic at most topic_bytes_max; the
+/// payload of a malformed record is cut to malformed_payload_bytes_max. Memory is one entry per
+/// segment. Age retention uses the newest ingest time of a segment, which for segments written
+/// before open() is bounded by the next segment's first record (kept a little longer, never
+/// removed early).
+class LogWriter {
+  public:
+    static Result<std::unique_ptr<LogWriter>> open(const LogOptions& options);
+    /// Best-effort fdatasync (errors cannot be reported here: call sync() for a clean stop).
+    ~LogWriter();
+    LogWriter(const LogWriter&) = delete;
+    LogWriter& operator=(const LogWriter&) = delete;
+
+    /// Appends one record and returns its offset. With FsyncPolicy::always it is durable on
+    /// return. On error nothing was appended and end_offset() is unchanged.
+    Result<uint64_t> append(RecordType type, int64_t ingest_ms, std::string_view topic,
+                            std::string_view payload);
+    /// FsyncPolicy::interval: syncs when now_ms is fsync_interval_ms past the last sync made
+    /// here (now_ms is the caller's clock; no clock is read inside). Returns whether it synced.
+    /// A no-op for the other policies.
+    Result<bool> maybe_sync(int64_t now_ms);
+    /// Makes every record appended so far durable, whatever the policy.
+    Result<void> sync();
+
+    /// Deletes the oldest whole segments while (a) the segment ends at or before
+    /// keep_from_offset (the last checkpoint's offset: replay must still find it), (b) it is not
+    /// the active segment, and (c) the log is over retention_bytes_max or the segment's newest
+    /// record is older than now_ms - retention_age_ms_max. Stops at the first segment that may
+    /// not go, so the retained log stays contiguous.
+    Result<RetentionResult> apply_retention(uint64_t keep_from_offset, int64_t now_ms);
+
+    uint64_t end_offset() const { return end_offset_.load(std::memory_order_acquire); }
+    uint64_t durable_offset() const { return durable_offset_.load(std::memory_order_acquire); }
+    uint64_t first_offset() const { return first_offset_.load(std::memory_order_acquire); }
+    uint64_t total_bytes() const { return total_bytes_.load(std::memory_order_acquire); }
+    int64_t oldest_ingest_ms() const { return oldest_ingest_ms_.load(std::memory_order_acquire); }
+    LogStats stats() const;
+    const LogOptions& options() const { return options_; }
+
+  private:
+    struct Segment {
+        uint64_t first_offset = 0;
+        uint64_t bytes = 0;
+        int64_t first_ingest_ms = ingest_ms_unknown;
+        int64_t max_ingest_ms = ingest_ms_unknown;  // newest ingest time, or an upper bound
+    };
+
+    explicit LogWriter(LogOptions options);
+    Result<void> recover();
+    Result<void> roll();                // mutex_ held
+    Error poison(std::string message);  // mutex_ held
+    void publish_extent();              // mutex_ held
+
+    const LogOptions options_;
+    int dir_fd_ = -1;
+
+    mutable std::mutex mutex_;
+    std::deque<Segment> segments_;  // oldest first; back() is the active segment
+    int active_fd_ = -1;
+    std::string active_path_;
+    int64_t last_ingest_ms_ = ingest_ms_unknown;
+    std::optional<std::string> poisoned_;
+    LogStats counters_;  // the counter fields only; gauges are filled in by stats()
+
+    std::atomic<int64_t> last_sync_ms_{ingest_ms_unknown};
+    std::atomic<uint64_t> end_offset_{0};
+    std::atomic<uint64_t> durable_offset_{0};
+    std::atomic<uint64_t> first_offset_{0};
+    std::atomic<uint64_t> total_bytes_{0};
+    std::atomic<int64_t> oldest_ingest_ms_{ingest_ms_unknown};
+};
+
+}  // namespace tidemark::log

@@ -1,0 +1,121 @@
+// Store-and-forward of outbox rows to the upstream broker.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "adapters/mqtt/client_options.h"
+#include "core/result.h"
+
+namespace tidemark::mqtt {
+
+/// One result ready to leave the process: its outbox sequence number, the expanded upstream
+/// topic (see topic.h) and the JSON record of DESIGN.md section 7.
+struct OutboundRow {
+    uint64_t seq = 0;
+    std::string topic;
+    std::string payload;
+};
+
+/// What the forwarder needs from the outbox; the runtime implements it over LMDB.
+/// Every method is called from the forwarder's thread only.
+class OutboxSource {
+  public:
+    virtual ~OutboxSource() = default;
+    /// Up to `limit` rows with seq >= from_seq, in ascending seq order.
+    virtual Result<std::vector<OutboundRow>> peek(uint64_t from_seq, size_t limit) = 0;
+    /// These rows reached the upstream broker: delete them. `seqs` is ascending and holds no
+    /// duplicate, but may name a row that is already gone (an acknowledgement that arrived for
+    /// a copy sent before a reconnect): that is not an error.
+    virtual Result<void> delivered(std::span<const uint64_t> seqs) = 0;
+    /// Rows with seq < seq_next may be on the wire: compaction must leave them alone. Never
+    /// decreases (after a reconnect the forwarder re-sends from the oldest row, but the rows it
+    /// had sent before may already be upstream).
+    virtual void claimed(uint64_t seq_next) = 0;
+};
+
+struct ForwarderOptions {
+    /// uri (tcp:// or ssl://), client_id, credentials, TLS files, keep_alive_s,
+    /// connect_timeout_s, and max_inflight = the most rows published and not yet acknowledged.
+    /// The session is always clean here, whatever fill_connect_options() chooses for ingest.
+    BrokerOptions broker;
+    /// 1: at-least-once (a row is deleted on its PUBACK). 0: a row is deleted once written to
+    /// the socket, so rows in flight when the link drops are lost; for links where loss is fine.
+    int qos = 1;
+    /// Acknowledged rows are deleted in one delivered() call per this many acks...
+    size_t delete_batch_rows = 256;
+    /// ...or once the oldest undeleted ack is this old, whichever comes first.
+    int64_t delete_interval_ms = 50;
+    /// Rows read from the outbox per peek(): bounds the forwarder's own buffer.
+    size_t peek_rows = 512;
+    /// Without notify(), the outbox is looked at again after this long.
+    int64_t poll_interval_ms = 1'000;
+};
+
+struct ForwarderStats {
+    bool link_up = false;
+    uint64_t sends = 0;       ///< publishes handed to the client, re-sends included
+    uint64_t acks = 0;        ///< rows acknowledged by the broker (PUBACK, or written at QoS0)
+    uint64_t reconnects = 0;  ///< successful connects after the first one
+    uint64_t connect_failures = 0;
+    size_t inflight = 0;     ///< published, not yet acknowledged
+    std::string last_error;  ///< the latest failure, kept after the link recovers; "" if none
+    /// Wall clock (ms since the epoch) when the link went down or the first attempt failed;
+    /// 0 while the link is up or before the first attempt.
+    int64_t offline_since_ms = 0;
+    /// Time from the latest successful connect to the first row acknowledged on it; empty until
+    /// that row is acknowledged.
+    std::optional<int64_t> first_row_after_reconnect_ms;
+};
+
+/// Publishes outbox rows upstream and deletes each one once the broker has acknowledged it.
+///
+/// Operation: a thread of its own connects (clean session: the outbox, not the broker session,
+/// is the store), publishes rows in seq order with at most broker.max_inflight unacknowledged,
+/// and deletes acknowledged rows in batches (delete_batch_rows or delete_interval_ms, sorted by
+/// seq). When the link drops, acknowledged rows are deleted and sending starts again from the
+/// oldest row left in the outbox, so a row may reach upstream twice (at-least-once: upstream
+/// dedupes by the record's id). The first reconnect attempt is immediate, later ones wait
+/// reconnect_delay(attempts) (client_options.h) +-20 % jitter, so that a fleet of gateways does
+/// not reconnect in lock step. A failure (a
+/// wrong CA, a refused login, a broker down) is logged once per change, kept in
+/// stats().last_error, and retried. Nothing leaves the outbox without an acknowledgement.
+///
+/// Concurrency: create/start/stop from one owner thread; notify() and stats() from any thread.
+/// The OutboxSource is only called from the forwarder's thread.
+///
+/// Limits: memory is bounded by peek_rows buffered rows plus max_inflight unacknowledged ones.
+/// An outbox error (peek/delivered failing) is kept in last_error and retried after
+/// poll_interval_ms; it does not stop the thread.
+class Forwarder {
+  public:
+    /// Checks the options (validate(broker), qos, batch sizes) and builds the client; no I/O.
+    static Result<std::unique_ptr<Forwarder>> create(ForwarderOptions options,
+                                                     OutboxSource& source);
+    ~Forwarder();
+    Forwarder(const Forwarder&) = delete;
+    Forwarder& operator=(const Forwarder&) = delete;
+
+    /// Starts the thread. The first connect happens there: start() does not wait for the broker.
+    Result<void> start();
+    /// New rows were appended to the outbox; cheap, never blocks on the network.
+    void notify();
+    /// Stops sending, waits up to `timeout` for in-flight acknowledgements, deletes the rows
+    /// acknowledged so far and disconnects. Rows not acknowledged stay in the outbox.
+    void stop(std::chrono::milliseconds timeout);
+    ForwarderStats stats() const;
+
+    class Impl;
+
+  private:
+    explicit Forwarder(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tidemark::mqtt

@@ -1,0 +1,472 @@
+#include "adapters/mqtt/ingest.h"
+
+#include <MQTTAsync.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+// Why the Paho C API and not Paho C++'s async_client: async_client's message callback always
+// returns "processed" to Paho C and copies topic and payload into a new message object per
+// message. Here the callback holds the message (no PUBACK) while the handler asks to retry,
+// and hands the handler views into Paho's buffer with the DUP flag and the packet id.
+
+namespace tidemark::mqtt {
+
+namespace {
+
+constexpr std::chrono::milliseconds retry_delay_min{1};
+constexpr std::chrono::milliseconds retry_delay_max{100};
+// Extra time over Paho's own connect timeout before an attempt is given up on.
+constexpr std::chrono::milliseconds outcome_margin{2000};
+
+std::string paho_error(int code, const char* message) {
+    std::string text;
+    switch (code) {  // CONNACK return codes (MQTT 3.1.1, 3.2.2.3)
+        case 1:
+            text = "broker refused the MQTT protocol version";
+            break;
+        case 2:
+            text = "broker rejected the client id";
+            break;
+        case 3:
+            text = "broker unavailable";
+            break;
+        case 4:
+            text = "bad user name or password";
+            break;
+        case 5:
+            text = "not authorised";
+            break;
+        default: {
+            const char* s = MQTTAsync_strerror(code);
+            text = s != nullptr ? s : "error " + std::to_string(code);
+        }
+    }
+    if (message != nullptr && *message != '\0') text += std::string(" (") + message + ")";
+    return text;
+}
+
+}  // namespace
+
+struct Ingest::State {
+    BrokerOptions options;
+    std::vector<std::string> filters;
+    std::vector<char*> filter_pointers;  // MQTTAsync_subscribeMany wants char* const*
+    std::vector<int> filter_qos;
+    Handler handler;
+    MQTTAsync client = nullptr;
+
+    std::atomic<std::uint64_t> messages{0}, bytes{0}, duplicates{0}, reconnects{0},
+        connect_failures{0}, handler_retries{0}, resubscribes{0};
+    std::atomic<bool> is_connected{false};
+
+    mutable std::mutex mutex;  // guards everything below
+    std::condition_variable changed;
+    std::string last_error;
+    bool started = false;
+    bool stopping = false;
+    bool need_reconnect = false;
+    bool subscribed_once = false;  // subscribe on the first connect even if a session exists:
+                                   // the filters may have changed since the last run
+    bool parked = false;           // a callback holds an unacknowledged message forever
+    bool disconnect_done = false;
+    bool disconnect_call_returned = false;
+    enum class Outcome { pending, ok, failed };
+    Outcome outcome = Outcome::pending;
+    std::string outcome_error;
+    std::thread supervisor;
+
+    void set_outcome(Outcome o, std::string error) {
+        std::lock_guard lock(mutex);
+        outcome = o;
+        outcome_error = std::move(error);
+        if (o == Outcome::failed) last_error = outcome_error;
+        changed.notify_all();
+    }
+
+    Result<void> connect_once();
+    void supervise();
+
+    // Paho C callbacks: `context` is the State.
+    static int on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m);
+    static void on_connection_lost(void* context, char* cause);
+    static void on_connect_success(void* context, MQTTAsync_successData* response);
+    static void on_connect_failure(void* context, MQTTAsync_failureData* response);
+    static void on_subscribe_success(void* context, MQTTAsync_successData* response);
+    static void on_subscribe_failure(void* context, MQTTAsync_failureData* response);
+    static void on_disconnect_done(void* context, MQTTAsync_successData* response);
+    static void on_disconnect_failed(void* context, MQTTAsync_failureData* response);
+};
+
+int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m) {
+    auto* s = static_cast<State*>(context);
+    const IncomingMessage message{
+        .topic = std::string_view(
+            topic, topic_length > 0 ? static_cast<std::size_t>(topic_length) : std::strlen(topic)),
+        .payload = std::string_view(static_cast<const char*>(m->payload),
+                                    static_cast<std::size_t>(m->payloadlen)),
+        .duplicate = m->dup != 0,
+        .qos = m->qos,
+        .packet_id = m->msgid,
+    };
+    // Paho C sends the PUBACK when this function returns, so it returns only once the handler
+    // has taken the message. Returning 0 would not help: Paho would queue the message in
+    // memory and acknowledge it at once.
+    auto delay = retry_delay_min;
+    while (s->handler(message) == HandleResult::retry_later) {
+        s->handler_retries.fetch_add(1, std::memory_order_relaxed);
+        std::unique_lock lock(s->mutex);
+        if (s->stopping) {
+            // Never acknowledge a message the handler did not take: park this Paho thread
+            // until the process exits. stop() sees `parked` and abandons the client, so the
+            // broker keeps the message in our session and redelivers it (DUP) next time.
+            s->parked = true;
+            s->changed.notify_all();
+            s->changed.wait(lock, [] { return false; });
+        }
+        s->changed.wait_for(lock, delay, [s] { return s->stopping; });
+        delay = std::min(delay * 2, retry_delay_max);
+    }
+    s->messages.fetch_add(1, std::memory_order_relaxed);
+    s->bytes.fetch_add(message.payload.size(), std::memory_order_relaxed);
+    if (message.duplicate) s->duplicates.fetch_add(1, std::memory_order_relaxed);
+    MQTTAsync_freeMessage(&m);
+    MQTTAsync_free(topic);
+    return 1;
+}
+
+void Ingest::State::on_connection_lost(void* context, char* cause) {
+    auto* s = static_cast<State*>(context);
+    s->is_connected = false;
+    std::lock_guard lock(s->mutex);
+    s->last_error = "connection to " + s->options.uri + " lost" +
+                    (cause != nullptr ? std::string(": ") + cause : std::string());
+    if (!s->stopping) {
+        spdlog::warn("{}: {}; reconnecting", s->options.config_name, s->last_error);
+        s->need_reconnect = true;
+    }
+    s->changed.notify_all();
+}
+
+void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* response) {
+    auto* s = static_cast<State*>(context);
+    const bool session_present = response != nullptr && response->alt.connect.sessionPresent != 0;
+    bool subscribe = false;
+    {
+        std::lock_guard lock(s->mutex);
+        // Without a session the broker has forgotten our subscriptions (first run, or its
+        // state was lost); with one, subscribing again would resend retained messages.
+        subscribe = !session_present || !s->subscribed_once;
+    }
+    if (!subscribe) {
+        s->is_connected = true;
+        s->set_outcome(Outcome::ok, {});
+        return;
+    }
+    if (session_present == false) s->resubscribes.fetch_add(1, std::memory_order_relaxed);
+    MQTTAsync_responseOptions sub = MQTTAsync_responseOptions_initializer;
+    sub.onSuccess = &State::on_subscribe_success;
+    sub.onFailure = &State::on_subscribe_failure;
+    sub.context = s;
+    const int rc = MQTTAsync_subscribeMany(s->client, static_cast<int>(s->filters.size()),
+                                           s->filter_pointers.data(), s->filter_qos.data(), &sub);
+    if (rc != MQTTASYNC_SUCCESS) {
+        s->set_outcome(Outcome::failed,
+                       "subscribe on " + s->options.uri + " failed: " + paho_error(rc, nullptr));
+    }
+}
+
+void Ingest::State::on_connect_failure(void* context, MQTTAsync_failureData* response) {
+    auto* s = static_cast<State*>(context);
+    s->set_outcome(Outcome::failed,
+                   "cannot connect to " + s->options.uri + " as client id '" +
+                       s->options.client_id + "': " +
+                       (response != nullptr ? paho_error(response->code, response->message)
+                                            : std::string("connection refused or unreachable")));
+}
+
+void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* response) {
+    auto* s = static_cast<State*>(context);
+    for (std::size_t i = 0; i < s->filters.size(); ++i) {
+        int granted = 0;
+        if (response != nullptr) {
+            granted = s->filters.size() == 1             ? response->alt.qos
+                      : response->alt.qosList != nullptr ? response->alt.qosList[i]
+                                                         : 0;
+        }
+        if (granted == 0x80) {
+            s->set_outcome(Outcome::failed, "broker " + s->options.uri +
+                                                " refused the subscription to '" + s->filters[i] +
+                                                "' for client id '" + s->options.client_id +
+                                                "': check the broker's ACL");
+            return;
+        }
+        if (granted < 1) {
+            spdlog::warn("{}: broker granted QoS {} for '{}': messages may be lost on a crash",
+                         s->options.config_name, granted, s->filters[i]);
+        }
+    }
+    {
+        std::lock_guard lock(s->mutex);
+        s->subscribed_once = true;
+    }
+    s->is_connected = true;
+    s->set_outcome(Outcome::ok, {});
+}
+
+void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData* response) {
+    auto* s = static_cast<State*>(context);
+    s->set_outcome(Outcome::failed,
+                   "subscribe on " + s->options.uri + " failed: " +
+                       (response != nullptr ? paho_error(response->code, response->message)
+                                            : std::string("no reason given")));
+}
+
+void Ingest::State::on_disconnect_done(void* context, MQTTAsync_successData*) {
+    auto* s = static_cast<State*>(context);
+    std::lock_guard lock(s->mutex);
+    s->disconnect_done = true;
+    s->changed.notify_all();
+}
+
+void Ingest::State::on_disconnect_failed(void* context, MQTTAsync_failureData*) {
+    on_disconnect_done(context, nullptr);
+}
+
+Result<void> Ingest::State::connect_once() {
+    MQTTAsync_connectOptions connect = MQTTAsync_connectOptions_initializer;
+    MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
+    connect.MQTTVersion = MQTTVERSION_3_1_1;
+    // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
+    // are away, and redelivers the ones we did not acknowledge.
+    connect.cleansession = 0;
+    connect.keepAliveInterval = options.keep_alive_s;
+    connect.connectTimeout = options.connect_timeout_s;
+    connect.maxInflight = options.max_inflight;  // our publishes only; ingest sends none
+    connect.retryInterval = 0;                   // MQTT 3.1.1: resend only on reconnect
+    connect.automaticReconnect = 0;              // supervise() does it, to see session-present
+    connect.username = options.username.empty() ? nullptr : options.username.c_str();
+    connect.password = options.password.empty() ? nullptr : options.password.c_str();
+    if (uses_tls(options)) {
+        ssl.trustStore = options.ca_file.empty() ? nullptr : options.ca_file.c_str();
+        ssl.keyStore = options.cert_file.empty() ? nullptr : options.cert_file.c_str();
+        ssl.privateKey = options.key_file.empty() ? nullptr : options.key_file.c_str();
+        ssl.enableServerCertAuth = 1;
+        ssl.verify = 1;  // the host name must match the certificate
+        connect.ssl = &ssl;
+    }
+    connect.onSuccess = &State::on_connect_success;
+    connect.onFailure = &State::on_connect_failure;
+    connect.context = this;
+    {
+        std::lock_guard lock(mutex);
+        outcome = Outcome::pending;
+    }
+    if (const int rc = MQTTAsync_connect(client, &connect); rc != MQTTASYNC_SUCCESS) {
+        set_outcome(Outcome::failed,
+                    "cannot connect to " + options.uri + ": " + paho_error(rc, nullptr));
+    }
+    std::unique_lock lock(mutex);
+    const auto limit = std::chrono::seconds(options.connect_timeout_s) + outcome_margin;
+    if (!changed.wait_for(lock, limit,
+                          [this] { return outcome != Outcome::pending || stopping; })) {
+        last_error =
+            "no answer from " + options.uri + " within " + std::to_string(limit.count()) + " ms";
+        return fail(last_error);
+    }
+    if (outcome == Outcome::ok) return {};
+    if (outcome == Outcome::failed) {
+        std::string error = outcome_error;
+        lock.unlock();
+        // A refused subscription leaves a live connection behind: drop it before retrying.
+        if (MQTTAsync_isConnected(client)) {
+            MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
+            d.timeout = 1000;
+            MQTTAsync_disconnect(client, &d);
+        }
+        return fail(error);
+    }
+    return fail("stopped while connecting to " + options.uri);
+}
+
+void Ingest::State::supervise() {
+    int failures = 0;
+    std::unique_lock lock(mutex);
+    while (true) {
+        changed.wait(lock, [this] { return stopping || need_reconnect; });
+        if (stopping) return;
+        if (changed.wait_for(lock, reconnect_delay(failures), [this] { return stopping; })) return;
+        lock.unlock();
+        auto connected_now = connect_once();
+        lock.lock();
+        if (connected_now) {
+            need_reconnect = false;
+            failures = 0;
+            reconnects.fetch_add(1, std::memory_order_relaxed);
+            spdlog::info("{}: reconnected to {}", options.config_name, options.uri);
+        } else {
+            ++failures;
+            connect_failures.fetch_add(1, std::memory_order_relaxed);
+            spdlog::warn("{}: {}; next attempt in {} ms", options.config_name,
+                         connected_now.error().message, reconnect_delay(failures).count());
+        }
+    }
+}
+
+Ingest::Ingest(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
+                                               std::vector<std::string> topic_filters,
+                                               Handler handler) {
+    if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
+    if (topic_filters.empty()) {
+        return fail(options.config_name + ": no topic filter to subscribe to");
+    }
+    if (topic_filters.size() > topic_filters_max) {
+        return fail(options.config_name + ": " + std::to_string(topic_filters.size()) +
+                    " topic filters, at most " + std::to_string(topic_filters_max));
+    }
+    for (const auto& f : topic_filters) {
+        if (f.empty()) return fail(options.config_name + ": an empty topic filter");
+    }
+    TM_ASSERT(handler);
+    std::sort(topic_filters.begin(), topic_filters.end());
+    topic_filters.erase(std::unique(topic_filters.begin(), topic_filters.end()),
+                        topic_filters.end());
+
+    auto state = std::make_unique<State>();
+    state->options = std::move(options);
+    state->filters = std::move(topic_filters);
+    for (auto& f : state->filters) {
+        state->filter_pointers.push_back(f.data());
+        state->filter_qos.push_back(1);
+    }
+    state->handler = std::move(handler);
+
+    MQTTAsync_createOptions create = MQTTAsync_createOptions_initializer;
+    create.MQTTVersion = MQTTVERSION_3_1_1;
+    create.sendWhileDisconnected = 0;
+    // No client-side persistence: ingest publishes nothing, and received QoS1 messages are
+    // made durable by the handler (the log) before the PUBACK.
+    int rc = MQTTAsync_createWithOptions(&state->client, state->options.uri.c_str(),
+                                         state->options.client_id.c_str(),
+                                         MQTTCLIENT_PERSISTENCE_NONE, nullptr, &create);
+    if (rc != MQTTASYNC_SUCCESS) {
+        return fail(state->options.config_name + ".uri '" + state->options.uri +
+                    "': cannot create the MQTT client: " + paho_error(rc, nullptr));
+    }
+    rc = MQTTAsync_setCallbacks(state->client, state.get(), &State::on_connection_lost,
+                                &State::on_message, nullptr);
+    if (rc != MQTTASYNC_SUCCESS) {
+        MQTTAsync_destroy(&state->client);
+        return fail(state->options.config_name +
+                    ": cannot set MQTT callbacks: " + paho_error(rc, nullptr));
+    }
+    return std::unique_ptr<Ingest>(new Ingest(std::move(state)));
+}
+
+Ingest::~Ingest() {
+    stop();
+    if (abandoned_) {
+        static_cast<void>(state_.release());  // see stop()
+        return;
+    }
+    MQTTAsync_destroy(&state_->client);
+}
+
+Result<void> Ingest::start(std::chrono::milliseconds first_connect_timeout) {
+    State& s = *state_;
+    {
+        std::lock_guard lock(s.mutex);
+        TM_ASSERT(!s.started && !abandoned_);
+        s.stopping = false;
+        s.need_reconnect = false;
+    }
+    const int saved_timeout_s = s.options.connect_timeout_s;
+    s.options.connect_timeout_s = std::max<int>(
+        1,
+        static_cast<int>(std::chrono::ceil<std::chrono::seconds>(first_connect_timeout).count()));
+    auto connected_now = s.connect_once();
+    s.options.connect_timeout_s = saved_timeout_s;
+    if (!connected_now) {
+        s.connect_failures.fetch_add(1, std::memory_order_relaxed);
+        return connected_now;
+    }
+    spdlog::info("{}: connected to {} as '{}', {} filter(s) at QoS1", s.options.config_name,
+                 s.options.uri, s.options.client_id, s.filters.size());
+    std::lock_guard lock(s.mutex);
+    s.started = true;
+    s.supervisor = std::thread([&s] { s.supervise(); });
+    return {};
+}
+
+void Ingest::stop(std::chrono::milliseconds timeout) {
+    State& s = *state_;
+    {
+        std::lock_guard lock(s.mutex);
+        if (!s.started) return;
+        s.started = false;
+        s.stopping = true;
+        s.disconnect_done = false;
+        s.disconnect_call_returned = false;
+        s.changed.notify_all();
+    }
+    if (s.supervisor.joinable()) s.supervisor.join();
+    // MQTTAsync_disconnect may wait for the receive thread, which may be parked in on_message:
+    // call it from a helper thread and wait for whichever comes first.
+    std::thread([&s, timeout] {
+        MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
+        d.timeout = static_cast<int>(timeout.count());
+        d.onSuccess = &State::on_disconnect_done;
+        d.onFailure = &State::on_disconnect_failed;
+        d.context = &s;
+        if (MQTTAsync_disconnect(s.client, &d) != MQTTASYNC_SUCCESS) {
+            State::on_disconnect_done(&s, nullptr);  // not connected: nothing to wait for
+        }
+        std::lock_guard lock(s.mutex);
+        s.disconnect_call_returned = true;
+        s.changed.notify_all();
+    }).detach();
+    std::unique_lock lock(s.mutex);
+    const bool finished = s.changed.wait_for(lock, timeout, [&s] {
+        return (s.disconnect_done && s.disconnect_call_returned) || s.parked;
+    });
+    s.is_connected = false;
+    if (s.parked || !finished) {
+        // A message is held unacknowledged in a Paho thread (or Paho did not answer):
+        // destroying the client would acknowledge it or hang. Leave the client and its state
+        // to the process exit, which closes the socket without a PUBACK.
+        spdlog::warn(
+            "{}: stopped with an unacknowledged message held; the broker will "
+            "redeliver it",
+            s.options.config_name);
+        abandoned_ = true;
+    }
+}
+
+IngestStats Ingest::stats() const {
+    IngestStats out;
+    const State& s = *state_;
+    out.messages = s.messages.load(std::memory_order_relaxed);
+    out.bytes = s.bytes.load(std::memory_order_relaxed);
+    out.duplicates = s.duplicates.load(std::memory_order_relaxed);
+    out.reconnects = s.reconnects.load(std::memory_order_relaxed);
+    out.connect_failures = s.connect_failures.load(std::memory_order_relaxed);
+    out.handler_retries = s.handler_retries.load(std::memory_order_relaxed);
+    out.resubscribes = s.resubscribes.load(std::memory_order_relaxed);
+    out.connected = s.is_connected.load();
+    std::lock_guard lock(s.mutex);
+    out.last_error = s.last_error;
+    return out;
+}
+
+bool Ingest::connected() const {
+    return state_->is_connected.load();
+}
+
+}  // namespace tidemark::mqtt

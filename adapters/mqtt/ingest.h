@@ -1,0 +1,111 @@
+// Ingest: the gateway broker's QoS1 messages, handed to the caller before they are acknowledged.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "adapters/mqtt/client_options.h"
+#include "core/result.h"
+
+namespace tidemark::mqtt {
+
+/// One message as the broker delivered it. The views point into the client library's buffer
+/// and are valid only during the handler call.
+struct IncomingMessage {
+    std::string_view topic;
+    std::string_view payload;
+    bool duplicate = false;  ///< MQTT DUP flag: the broker may have delivered it before
+    int qos = 0;
+    int packet_id = 0;  ///< MQTT packet identifier (0 for QoS0); kept on a redelivery
+};
+
+/// What the handler did with a message.
+enum class HandleResult {
+    accepted,     ///< done with it (appended, or deliberately skipped): acknowledge it
+    retry_later,  ///< cannot take it now (log or disk full): do not acknowledge, call again
+};
+
+/// Called on the client library's receive thread for every message, one at a time, before the
+/// PUBACK is sent. It must not throw (an exception would cross C code: it stops the process).
+using Handler = std::function<HandleResult(const IncomingMessage&)>;
+
+struct IngestStats {
+    std::uint64_t messages = 0;          ///< handler calls that returned accepted
+    std::uint64_t bytes = 0;             ///< payload bytes of those
+    std::uint64_t duplicates = 0;        ///< of those, flagged DUP by the broker
+    std::uint64_t reconnects = 0;        ///< successful connects after the first
+    std::uint64_t connect_failures = 0;  ///< failed connect attempts
+    std::uint64_t handler_retries = 0;   ///< handler calls that returned retry_later
+    std::uint64_t resubscribes = 0;      ///< connects where the broker had lost our session
+    bool connected = false;
+    std::string last_error;  ///< the most recent connect failure or connection loss, or empty
+};
+
+/// Operation: a persistent MQTT 3.1.1 session with the gateway broker (clean session off, a
+/// fixed client id), QoS1 subscriptions to every filter, made when the broker reports no
+/// session present (first connect, or the broker lost its state); otherwise the broker's
+/// stored subscriptions are reused, so retained messages are not delivered again. A lost
+/// connection is re-established by a background thread with capped exponential backoff
+/// (reconnect_delay: 250 ms .. 30 s). The broker queues messages while we are away.
+///
+/// Acknowledgement: the handler runs inside Paho C's message-arrived callback, and Paho C
+/// (MQTTProtocol_handlePublishes, 1.3.x) sends the QoS1 PUBACK only after that callback
+/// returns, so a message the broker considers delivered has been through the handler (for the
+/// runtime: is in the log). A crash between handler and PUBACK makes the broker redeliver it
+/// with DUP set; RedeliveryFilter recognises it. This holds because the callback never
+/// returns "not processed" to Paho: Paho would then queue the message in memory and send the
+/// PUBACK anyway.
+///
+/// Back-pressure: when the handler returns retry_later, the callback keeps the message and
+/// calls the handler again (1 ms doubling to 100 ms between calls) without returning; no PUBACK
+/// is sent and no further message is read, so the broker holds the rest in our session
+/// (bounded by its max_queued_messages). If this lasts past 1.5 keep-alives the broker drops
+/// the connection; the message is then redelivered with DUP after the reconnect. stop() during
+/// such a wait disconnects first and then releases the callback, so the held message is never
+/// acknowledged and comes back on the next run.
+///
+/// Concurrency: create/start/stop from one owner thread; stats() and connected() from any
+/// thread. The handler is called from one Paho thread, never concurrently with itself.
+///
+/// Limits: QoS1 is asked for every filter (a QoS0 publish arrives as QoS0: it cannot be
+/// redelivered). MQTT 3.1.1 has no receive maximum: the number of messages in flight towards
+/// us is the broker's max_inflight_messages. Topic filters: at most 64.
+class Ingest {
+  public:
+    static constexpr std::size_t topic_filters_max = 64;
+
+    /// Checks the options and filters and creates the client; no connection yet.
+    static Result<std::unique_ptr<Ingest>> create(BrokerOptions options,
+                                                  std::vector<std::string> topic_filters,
+                                                  Handler handler);
+    ~Ingest();
+    Ingest(const Ingest&) = delete;
+    Ingest& operator=(const Ingest&) = delete;
+
+    /// Connects and subscribes, waiting up to `first_connect_timeout` for the first connect
+    /// and subscription. On failure returns why (refused, unreachable, bad credentials, TLS)
+    /// and leaves the client stopped; start() may be called again. Once started, lost
+    /// connections are retried in the background until stop().
+    Result<void> start(std::chrono::milliseconds first_connect_timeout = std::chrono::seconds(10));
+
+    /// Stops reconnecting and disconnects cleanly (the session stays on the broker), waiting
+    /// at most `timeout` for the handler in progress and the DISCONNECT. Idempotent.
+    void stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+    IngestStats stats() const;
+    bool connected() const;
+
+    struct State;  // the Paho C callbacks reach it: defined in ingest.cpp
+
+  private:
+    explicit Ingest(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+    bool abandoned_ = false;  // stop() left the Paho client to the process exit
+};
+
+}  // namespace tidemark::mqtt

@@ -1,0 +1,297 @@
+// bench_forward: how fast the forwarder drains a backlog after an outage, against QoS0.
+//
+// Starts its own mosquitto on 127.0.0.1 (a free port, no persistence), then:
+//  1. outage: the broker is stopped, the forwarder is started and backs off; the broker comes
+//     back: forward.first_row_ms = broker accepting connections -> first PUBACKed row;
+//  2. forward.drain_rows_per_s: the whole in-memory outbox (--rows, default 1M rows of ~200
+//     byte JSON) drained at QoS1, rows deleted on PUBACK, first ack -> last delete;
+//  3. forward.qos0_msgs_per_s: the same rows through the same forwarder at QoS0, same broker;
+//  4. forward.ratio = drain / qos0.
+// Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "adapters/mqtt/forwarder.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using tidemark::Result;
+using tidemark::mqtt::OutboundRow;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+[[noreturn]] void die(const std::string& message) {
+    std::fprintf(stderr, "bench_forward: %s\n", message.c_str());
+    std::exit(1);
+}
+
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) die("bind failed");
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+bool port_open(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    return ok;
+}
+
+// A mosquitto of our own: the bench must not depend on the test support library.
+class Mosquitto {
+  public:
+    explicit Mosquitto(int port) : port_(port) {
+        dir_ = std::filesystem::temp_directory_path() /
+               ("bench_forward." + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir_);
+        conf_ = (dir_ / "mosquitto.conf").string();
+        std::ofstream(conf_) << "listener " << port << " 127.0.0.1\n"
+                             << "allow_anonymous true\npersistence false\n"
+                             << "max_queued_messages 0\nlog_type error\n";
+    }
+    ~Mosquitto() {
+        stop();
+        std::filesystem::remove_all(dir_);
+    }
+    // Returns when the port accepts connections.
+    Clock::time_point start() {
+        const char* argv[] = {"mosquitto", "-c", conf_.c_str(), nullptr};
+        if (::posix_spawnp(&pid_, "mosquitto", nullptr, nullptr, const_cast<char**>(argv),
+                           environ) != 0) {
+            die("cannot start mosquitto (apt-get install mosquitto)");
+        }
+        const auto deadline = Clock::now() + 10s;
+        while (!port_open(port_)) {
+            if (Clock::now() > deadline) die("mosquitto did not open its port");
+            std::this_thread::sleep_for(1ms);
+        }
+        return Clock::now();
+    }
+    void stop() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGTERM);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+
+  private:
+    int port_;
+    pid_t pid_ = -1;
+    std::filesystem::path dir_;
+    std::string conf_;
+};
+
+// An outbox of `rows` generated rows; deleting marks them. Rows are made on peek() so that a
+// million rows do not need ~300 MB of strings.
+class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
+  public:
+    explicit MemoryOutbox(uint64_t rows) : deleted_(rows, 0) {}
+
+    Result<std::vector<OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
+        std::vector<OutboundRow> out;
+        std::lock_guard lock(mutex_);
+        while (first_live_ < deleted_.size() && deleted_[first_live_])
+            ++first_live_;
+        for (uint64_t seq = std::max(from_seq, first_live_);
+             seq < deleted_.size() && out.size() < limit; ++seq) {
+            if (!deleted_[seq]) out.push_back(make_row(seq));
+        }
+        return out;
+    }
+    Result<void> delivered(std::span<const uint64_t> seqs) override {
+        std::lock_guard lock(mutex_);
+        for (uint64_t seq : seqs) {
+            if (!deleted_[seq]) {
+                deleted_[seq] = 1;
+                ++deleted_count_;
+                if (deleted_count_ == 1) first_delete_at_ = Clock::now();
+                if (deleted_count_ == deleted_.size()) last_delete_at_ = Clock::now();
+            }
+        }
+        return {};
+    }
+    void claimed(uint64_t) override {}
+
+    bool drained() const {
+        std::lock_guard lock(mutex_);
+        return deleted_count_ == deleted_.size();
+    }
+    uint64_t deleted() const {
+        std::lock_guard lock(mutex_);
+        return deleted_count_;
+    }
+    Clock::time_point last_delete_at() const {
+        std::lock_guard lock(mutex_);
+        return last_delete_at_;
+    }
+
+    static OutboundRow make_row(uint64_t seq) {
+        char payload[256];
+        const int n = std::snprintf(
+            payload, sizeof payload,
+            R"({"id":"%016llx","node":"gw-01","pipeline":"room_temp_1m","key":"dev-%llu",)"
+            R"("window":{"start":%llu,"end":%llu},"kind":"final","revision":0,)"
+            R"("closed_by":"watermark","values":{"avg":21.4,"n":60},"watermark":%llu})",
+            static_cast<unsigned long long>(seq * 0x9E3779B97F4A7C15ULL),
+            static_cast<unsigned long long>(seq % 1000),
+            static_cast<unsigned long long>(1764400000000ULL + seq / 1000 * 60000),
+            static_cast<unsigned long long>(1764400060000ULL + seq / 1000 * 60000),
+            static_cast<unsigned long long>(1764400065000ULL + seq / 1000 * 60000));
+        return OutboundRow{seq, "tidemark/gw-01/room_temp_1m",
+                           std::string(payload, static_cast<size_t>(n))};
+    }
+
+  private:
+    mutable std::mutex mutex_;
+    std::vector<uint8_t> deleted_;
+    uint64_t first_live_ = 0;
+    uint64_t deleted_count_ = 0;
+    Clock::time_point first_delete_at_;
+    Clock::time_point last_delete_at_;
+};
+
+tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_inflight,
+                                                   const std::string& client_id) {
+    tidemark::mqtt::ForwarderOptions options;
+    options.broker.uri = "tcp://127.0.0.1:" + std::to_string(port);
+    options.broker.client_id = client_id;
+    options.broker.max_inflight = max_inflight;
+    options.broker.config_name = "upstream";
+    options.qos = qos;
+    return options;
+}
+
+struct Drain {
+    double rows_per_s = 0;
+    double first_row_ms = 0;
+};
+
+// Runs one forwarder over a fresh outbox of `rows`; when `outage` is set the broker is down at
+// start and comes back after outage_ms.
+Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_inflight,
+            std::chrono::milliseconds outage) {
+    MemoryOutbox outbox(rows);
+    auto forwarder = tidemark::mqtt::Forwarder::create(
+        forwarder_options(port, qos, max_inflight, "bench-forward-qos" + std::to_string(qos)),
+        outbox);
+    if (!forwarder) die(forwarder.error().message);
+    Clock::time_point available;
+    if (outage.count() > 0) {
+        broker.stop();
+        if (auto ok = (*forwarder)->start(); !ok) die(ok.error().message);
+        std::this_thread::sleep_for(outage);
+        available = broker.start();
+    } else {
+        available = Clock::now();
+        if (auto ok = (*forwarder)->start(); !ok) die(ok.error().message);
+    }
+    // first_row_after_reconnect_ms counts from the connect; we want from broker availability.
+    Clock::time_point first_ack{};
+    const auto deadline = Clock::now() + std::chrono::seconds(30 + rows / 2000);
+    while (!outbox.drained()) {
+        if (first_ack == Clock::time_point{} && (*forwarder)->stats().acks > 0) {
+            first_ack = Clock::now();
+        }
+        if (Clock::now() > deadline) {
+            die("drain did not finish: " + std::to_string(outbox.deleted()) + " of " +
+                std::to_string(rows) +
+                " rows deleted; last error: " + (*forwarder)->stats().last_error);
+        }
+        std::this_thread::sleep_for(first_ack == Clock::time_point{} ? 1ms : 10ms);
+    }
+    const auto stats = (*forwarder)->stats();
+    (*forwarder)->stop(2s);
+    Drain result;
+    result.first_row_ms = std::chrono::duration<double, std::milli>(first_ack - available).count();
+    // The drain rate is taken from the first acknowledgement: the wait before it (backoff) is
+    // first_row_ms.
+    result.rows_per_s =
+        static_cast<double>(rows) / seconds_between(first_ack, outbox.last_delete_at());
+    std::fprintf(stderr,
+                 "qos%d max_inflight %d: %llu rows, sends %llu, acks %llu, reconnects %llu, "
+                 "first ack %.1f ms after the broker came up (%lld ms after connect)\n",
+                 qos, max_inflight, static_cast<unsigned long long>(rows),
+                 static_cast<unsigned long long>(stats.sends),
+                 static_cast<unsigned long long>(stats.acks),
+                 static_cast<unsigned long long>(stats.reconnects), result.first_row_ms,
+                 static_cast<long long>(stats.first_row_after_reconnect_ms.value_or(-1)));
+    return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    uint64_t rows = 1'000'000;
+    int max_inflight = 64;
+    int64_t outage_ms = 3000;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> long long {
+            if (i + 1 >= argc) die(arg + " needs a value");
+            return std::atoll(argv[++i]);
+        };
+        if (arg == "--rows")
+            rows = static_cast<uint64_t>(value());
+        else if (arg == "--max-inflight")
+            max_inflight = static_cast<int>(value());
+        else if (arg == "--outage-ms")
+            outage_ms = value();
+        else
+            die("unknown argument " + arg + " (use --rows N, --max-inflight N, --outage-ms N)");
+    }
+    if (rows == 0 || max_inflight < 1) die("--rows and --max-inflight must be positive");
+    ::signal(SIGPIPE, SIG_IGN);
+
+    const int port = free_port();
+    Mosquitto broker(port);
+    broker.start();
+
+    std::fprintf(stderr,
+                 "bench_forward: %llu rows of ~%zu bytes, max_inflight %d, outage %lld ms\n",
+                 static_cast<unsigned long long>(rows), MemoryOutbox::make_row(0).payload.size(),
+                 max_inflight, static_cast<long long>(outage_ms));
+    const Drain qos1 =
+        drain(broker, port, rows, 1, max_inflight, std::chrono::milliseconds(outage_ms));
+    const Drain qos0 = drain(broker, port, rows, 0, max_inflight, 0ms);
+    broker.stop();
+
+    std::printf("forward.drain_rows_per_s: %.0f rows/s\n", qos1.rows_per_s);
+    std::printf("forward.qos0_msgs_per_s: %.0f msgs/s\n", qos0.rows_per_s);
+    std::printf("forward.ratio: %.2f ratio\n", qos1.rows_per_s / qos0.rows_per_s);
+    std::printf("forward.first_row_ms: %.0f ms\n", qos1.first_row_ms);
+    return 0;
+}

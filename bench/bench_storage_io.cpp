@@ -1,0 +1,136 @@
+// storage.bytes_written_per_payload_byte: bytes the process writes (log, LMDB state, outbox,
+// checkpoints) per payload byte accepted, over a steady run with windows firing, as the
+// kernel accounts them in /proc/self/io. No broker: records are appended as ingest would.
+//
+// The stream: 1000 devices, one ~100-byte JSON message each per second of event time, a 1-minute
+// tumbling pipeline (count, mean, max), checkpoints every 5 s of ingest time, delivered outbox
+// rows deleted as a forwarder would.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_writer.h"
+#include "firmware/service_parts.h"
+
+using namespace tidemark;
+
+namespace {
+
+struct Io {
+    uint64_t wchar = 0, write_bytes = 0;
+};
+
+Io read_io() {
+    std::ifstream in("/proc/self/io");
+    Io io;
+    std::string k;
+    uint64_t v;
+    while (in >> k >> v) {
+        if (k == "wchar:") io.wchar = v;
+        if (k == "write_bytes:") io.write_bytes = v;
+    }
+    return io;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    uint64_t records = 600'000;
+    if (argc > 2 && std::string(argv[1]) == "--records") records = std::strtoull(argv[2], nullptr, 10);
+    const char* base = std::getenv("TIDEMARK_BUILD_DIR");
+    const std::string dir = std::string(base ? base : "/var/tmp") + "/bench-storage-io-" +
+                            std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string json = R"({
+      "node_id": "bench", "data_dir": ")" + dir + R"(",
+      "storage": {"map_size": "1GiB", "fsync": "interval", "fsync_interval": "1s",
+                  "log_retention": {"max_age": "7d", "max_bytes": "4GiB"}},
+      "checkpoint": {"interval": "5s"},
+      "source": {"uri": "tcp://127.0.0.1:1"},
+      "upstream": {"uri": "tcp://127.0.0.1:2"},
+      "pipelines": [{"name": "t1m", "topic": "sensors/+/telemetry", "key": "topic:1",
+        "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
+        "window": {"type": "tumbling", "size": "1m"},
+        "watermark": {"delay": "5s", "idle_timeout": "1m"},
+        "aggregates": {"n": {"fn": "count"}, "avg": {"fn": "mean", "field": "temp"},
+                       "max": {"fn": "max", "field": "temp"}},
+        "limits": {"max_keys": 10000, "max_open_windows": 100000}}]})";
+    auto cfg = config::parse_config(json, dir);
+    if (!cfg) {
+        std::fprintf(stderr, "%s", config::format_errors(cfg.error()).c_str());
+        return 1;
+    }
+    auto parts = firmware::ServiceParts::open(*cfg);
+    if (!parts) {
+        std::fprintf(stderr, "%s\n", parts.error().message.c_str());
+        return 1;
+    }
+    firmware::ServiceParts& sp = **parts;
+    if (!sp.recover()) return 1;
+    const int64_t start_ms = 1'764'400'000'000;
+    const Io before = read_io();
+    uint64_t payload_bytes = 0;
+    int64_t next_checkpoint = start_ms + 5000;
+    int64_t next_sync = start_ms + 1000;
+    char payload[160];
+    char topic[64];
+    for (uint64_t i = 0; i < records; ++i) {
+        const int64_t t = start_ms + static_cast<int64_t>(i);  // 1000 messages per second
+        const int dev = static_cast<int>(i % 1000);
+        std::snprintf(topic, sizeof topic, "sensors/dev-%04d/telemetry", dev);
+        const int n = std::snprintf(payload, sizeof payload,
+                                    "{\"ts\":%lld,\"seq\":%llu,\"temp\":%d.%02d,\"hum\":%d.5,"
+                                    "\"fw\":\"1.4.2\",\"rssi\":-%d}",
+                                    static_cast<long long>(t - 200),
+                                    static_cast<unsigned long long>(i), 18 + dev % 10,
+                                    static_cast<int>(i % 100), 40 + dev % 20, 60 + dev % 30);
+        auto ok = sp.log().append(log::RecordType::message, t, topic, std::string_view(payload, n));
+        if (!ok) {
+            std::fprintf(stderr, "%s\n", ok.error().message.c_str());
+            return 1;
+        }
+        payload_bytes += static_cast<uint64_t>(n);
+        if (t >= next_sync) {
+            (void)sp.log().sync();
+            next_sync += 1000;
+            while (true) {
+                auto step = sp.step(4096, false);
+                if (!step || *step == 0) break;
+            }
+            // Deliver what the outbox holds, as the forwarder would on PUBACKs.
+            auto rows = sp.store().outbox_peek(0, 100'000);
+            if (rows && !rows->empty()) {
+                std::vector<uint64_t> seqs;
+                for (const auto& r : *rows) seqs.push_back(r.seq);
+                (void)sp.store().outbox_delete(seqs);
+            }
+        }
+        if (t >= next_checkpoint && sp.can_checkpoint()) {
+            if (auto c = sp.checkpoint(); !c) {
+                std::fprintf(stderr, "%s\n", c.error().message.c_str());
+                return 1;
+            }
+            next_checkpoint += 5000;
+        }
+    }
+    ::sync();
+    const Io after = read_io();
+    const double written = static_cast<double>(after.write_bytes - before.write_bytes);
+    const double passed = static_cast<double>(after.wchar - before.wchar);
+    std::printf("# %llu records, %.1f MiB of payload; write_bytes %.1f MiB, wchar %.1f MiB\n",
+                static_cast<unsigned long long>(records), double(payload_bytes) / 1048576.0,
+                written / 1048576.0, passed / 1048576.0);
+    std::printf("storage.bytes_written_per_payload_byte: %.2f ratio\n",
+                written / static_cast<double>(payload_bytes));
+    std::printf("storage.wchar_per_payload_byte: %.2f ratio\n",
+                passed / static_cast<double>(payload_bytes));
+    parts->reset();
+    std::filesystem::remove_all(dir);
+    return 0;
+}

@@ -1,0 +1,26 @@
+find_package(CLI11 CONFIG QUIET)
+find_package(spdlog REQUIRED)
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET GLOBAL libsystemd)
+
+# sd_notify, on its own so that tests of the protocol need nothing else.
+add_library(tidemark_notify STATIC ${CMAKE_CURRENT_LIST_DIR}/notify.cpp)
+target_link_libraries(tidemark_notify PUBLIC PkgConfig::SYSTEMD)
+
+# Everything but main(), so that tests can drive the runtime and the commands in-process.
+add_library(tidemark_firmware STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/replay.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/service_parts.cpp
+)
+file(GLOB tidemark_firmware_commands ${CMAKE_CURRENT_LIST_DIR}/command_*.cpp)
+target_sources(tidemark_firmware PRIVATE ${tidemark_firmware_commands})
+target_link_libraries(tidemark_firmware PUBLIC tidemark_core tidemark_config tidemark_codec
+  tidemark_log tidemark_lmdb tidemark_mqtt tidemark_crash tidemark_notify spdlog::spdlog
+  Threads::Threads)
+find_package(nlohmann_json REQUIRED)
+target_link_libraries(tidemark_firmware PRIVATE nlohmann_json::nlohmann_json)
+
+add_executable(tidemark ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
+target_compile_definitions(tidemark PRIVATE TIDEMARK_VERSION="${PROJECT_VERSION}")
+target_link_libraries(tidemark PRIVATE tidemark_firmware)

@@ -1,0 +1,106 @@
+#include "firmware/processor.h"
+
+#include "adapters/codec/decoder.h"
+#include "adapters/codec/topic.h"
+#include "core/bytes.h"
+
+namespace tidemark::firmware {
+
+namespace {
+// Decode counters live beside the engine's state under their own prefix (the engine's keys all
+// start with 0x01).
+constexpr std::string_view counters_key = "\x02" "decode_counters";
+}  // namespace
+
+struct Processor::Impl {
+    std::vector<codec::Decoder> decoders;
+    codec::DecodedEvent scratch;
+};
+
+Processor::Processor(config::Config config, std::unique_ptr<core::Engine> engine,
+                     std::unique_ptr<Impl> impl)
+    : config_(std::move(config)), engine_(std::move(engine)), impl_(std::move(impl)) {
+    counters_.resize(config_.pipelines.size());
+}
+
+Processor::~Processor() = default;
+
+Result<std::unique_ptr<Processor>> Processor::create(const config::Config& config) {
+    std::vector<core::PipelineSpec> specs;
+    auto impl = std::make_unique<Impl>();
+    for (const config::PipelineConfig& p : config.pipelines) {
+        specs.push_back(p.spec);
+        impl->decoders.emplace_back(p);
+    }
+    auto engine = core::Engine::create(config.node_id, std::move(specs));
+    if (!engine) return std::unexpected(engine.error());
+    return std::unique_ptr<Processor>(
+        new Processor(config, std::move(*engine), std::move(impl)));
+}
+
+void Processor::feed(const log::Record& record, ProcessorSink& sink) {
+    engine_->advance(record.ingest_ms, sink);
+    if (record.type == log::RecordType::tick) return;
+    if (record.type == log::RecordType::malformed) {
+        // The topic field of a malformed record holds "reason\ttopic" (see firmware/runtime.cpp).
+        ++malformed_records_;
+        const size_t tab = record.topic.find('\t');
+        const std::string_view topic =
+            tab == std::string_view::npos ? std::string_view{} : record.topic.substr(tab + 1);
+        const std::string_view reason = record.topic.substr(0, tab);
+        for (uint32_t i = 0; i < impl_->decoders.size(); ++i) {
+            if (!impl_->decoders[i].matches(topic)) continue;
+            ++counters_[i].malformed;
+            sink.malformed(i, record, reason);
+        }
+        return;
+    }
+    for (uint32_t i = 0; i < impl_->decoders.size(); ++i) {
+        codec::Decoder& decoder = impl_->decoders[i];
+        if (!decoder.matches(record.topic)) continue;
+        codec::DecodedEvent& out = impl_->scratch;
+        const codec::DecodeStatus status =
+            decoder.decode(record.topic, record.payload, record.ingest_ms, record.offset, out);
+        if (status != codec::DecodeStatus::ok) {
+            ++counters_[i].malformed;
+            sink.malformed(i, record, out.reason);
+            continue;
+        }
+        if (out.fields_missing) ++counters_[i].fields_missing;
+        engine_->process(i, out.event, sink);
+    }
+}
+
+void Processor::checkpoint(core::StateWriter& writer) {
+    engine_->checkpoint(writer);
+    std::string value;
+    core::bytes::put_u64(value, malformed_records_);
+    core::bytes::put_u32(value, static_cast<uint32_t>(counters_.size()));
+    for (size_t i = 0; i < counters_.size(); ++i) {
+        core::bytes::put_str(value, config_.pipelines[i].spec.name);
+        core::bytes::put_u64(value, counters_[i].malformed);
+        core::bytes::put_u64(value, counters_[i].fields_missing);
+    }
+    writer.put(counters_key, value);
+}
+
+Result<void> Processor::restore_entry(std::string_view key, std::string_view value) {
+    if (key != counters_key) return engine_->restore_entry(key, value);
+    uint32_t n;
+    if (!core::bytes::get_u64(value, malformed_records_) || !core::bytes::get_u32(value, n))
+        return fail("the stored decode counters are damaged");
+    for (uint32_t i = 0; i < n; ++i) {
+        std::string_view name;
+        DecodeCounters c;
+        if (!core::bytes::get_str(value, name) || !core::bytes::get_u64(value, c.malformed) ||
+            !core::bytes::get_u64(value, c.fields_missing))
+            return fail("the stored decode counters are damaged");
+        const int index = engine_->find_pipeline(name);
+        if (index >= 0) counters_[static_cast<size_t>(index)] = c;
+    }
+    return {};
+}
+
+Result<void> Processor::restore_finish() { return engine_->restore_finish(); }
+
+}  // namespace tidemark::firmware

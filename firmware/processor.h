@@ -1,0 +1,69 @@
+// Log records in, engine emissions out: the one path that live runs, recovery and replay share.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "adapters/config/config.h"
+#include "adapters/log/record.h"
+#include "core/emission.h"
+#include "core/engine.h"
+#include "core/result.h"
+
+namespace tidemark::firmware {
+
+/// Counters of what could not be turned into events, per pipeline.
+struct DecodeCounters {
+    uint64_t malformed = 0;       // matched the pipeline's topic but could not be decoded
+    uint64_t fields_missing = 0;  // events with a field absent or not a number (kept, NaN)
+};
+
+/// Receives, besides emissions, the records a pipeline could not decode, with the reason.
+class ProcessorSink : public core::EmissionSink {
+public:
+    virtual void malformed(uint32_t pipeline, const log::Record& record,
+                           std::string_view reason) = 0;
+};
+
+/// Decodes each log record for every pipeline whose topic filter matches and feeds the engine.
+///
+/// Operation: ticks only advance the clock; a message is decoded once per matching pipeline
+/// (simdjson, no allocation in steady state) and processed; a record logged as malformed
+/// (oversized payloads) is counted for every pipeline it matches. Because replay uses this same
+/// class over the same records, replay gives the same emissions as the live run.
+/// Concurrency: single-threaded, like the engine it owns.
+/// Limits: the engine's; decode scratch is one buffer per pipeline.
+class Processor {
+public:
+    static Result<std::unique_ptr<Processor>> create(const config::Config& config);
+    ~Processor();
+
+    void feed(const log::Record& record, ProcessorSink& sink);
+
+    core::Engine& engine() { return *engine_; }
+    const config::Config& config() const { return config_; }
+    const std::vector<DecodeCounters>& decode_counters() const { return counters_; }
+    /// Records logged as malformed by ingest (oversized), over all pipelines.
+    uint64_t malformed_records() const { return malformed_records_; }
+
+    /// Writes the engine's changed state and the decode counters.
+    void checkpoint(core::StateWriter& writer);
+    /// Restores one stored entry (engine state or decode counters); then restore_finish().
+    Result<void> restore_entry(std::string_view key, std::string_view value);
+    Result<void> restore_finish();
+
+private:
+    struct Impl;
+    Processor(config::Config config, std::unique_ptr<core::Engine> engine,
+              std::unique_ptr<Impl> impl);
+    config::Config config_;
+    std::unique_ptr<core::Engine> engine_;
+    std::unique_ptr<Impl> impl_;
+    std::vector<DecodeCounters> counters_;
+    uint64_t malformed_records_ = 0;
+};
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,614 @@
+#include "firmware/service_parts.h"
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "adapters/codec/record.h"
+#include "adapters/codec/topic.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_reader.h"
+#include "adapters/log/log_writer.h"
+#include "adapters/mqtt/client_options.h"
+#include "adapters/mqtt/forwarder.h"
+#include "adapters/mqtt/health.h"
+#include "adapters/mqtt/ingest.h"
+#include "adapters/mqtt/redelivery_filter.h"
+#include "core/emission.h"
+#include "firmware/notify.h"
+#include "firmware/processor.h"
+
+namespace tidemark::firmware {
+
+int64_t wall_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+namespace {
+
+int64_t steady_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+log::FsyncPolicy to_log(config::FsyncPolicy p) {
+    switch (p) {
+        case config::FsyncPolicy::always: return log::FsyncPolicy::always;
+        case config::FsyncPolicy::interval: return log::FsyncPolicy::interval;
+        case config::FsyncPolicy::never: return log::FsyncPolicy::never;
+    }
+    return log::FsyncPolicy::interval;
+}
+
+uint64_t rss_kib() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+    return 0;
+}
+
+// Emissions become outbox rows (the JSON record as sent upstream); side output and undecodable
+// records become side rows.
+class BatchSink : public ProcessorSink {
+public:
+    explicit BatchSink(const config::Config& config) : config_(config) {
+        for (const auto& p : config.pipelines) {
+            std::vector<std::string> names;
+            for (const auto& a : p.spec.aggregates) names.push_back(a.name);
+            aggregate_names_.push_back(std::move(names));
+        }
+    }
+    void emit(const core::Emission& e) override {
+        lmdb::OutboxRow row;
+        row.id = e.id;
+        row.pipeline = config_.pipelines[e.pipeline].spec.name;
+        row.key = e.key;
+        row.window_start_ms = e.start_ms;
+        row.window_end_ms = e.end_ms;
+        row.revision = e.revision;
+        row.kind = static_cast<uint8_t>(e.kind);
+        codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
+                             row.payload);
+        rows.push_back(std::move(row));
+    }
+    void side_output(const core::SideOutput& s) override {
+        std::string out;
+        codec::encode_side_output(config_.node_id, config_.pipelines[s.pipeline].spec.name, s,
+                                  out);
+        side.push_back(std::move(out));
+    }
+    void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override {
+        nlohmann::json j;
+        j["node"] = config_.node_id;
+        j["pipeline"] = config_.pipelines[pipeline].spec.name;
+        j["malformed"] = std::string(reason);
+        j["offset"] = record.offset;
+        j["ingest_ms"] = record.ingest_ms;
+        side.push_back(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    std::vector<lmdb::OutboxRow> rows;
+    std::vector<std::string> side;
+
+private:
+    const config::Config& config_;
+    std::vector<std::vector<std::string>> aggregate_names_;
+};
+
+class OutboxAdapter : public mqtt::OutboxSource {
+public:
+    OutboxAdapter(lmdb::Store& store, const config::Config& config)
+        : store_(store), config_(config) {}
+    Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
+        auto rows = store_.outbox_peek(from_seq, limit);
+        if (!rows) return fail(rows.error().message);
+        std::vector<mqtt::OutboundRow> out;
+        out.reserve(rows->size());
+        for (auto& r : *rows)
+            out.push_back({r.seq,
+                           codec::expand_topic_template(config_.upstream->topic, config_.node_id,
+                                                        r.pipeline, r.key),
+                           std::move(r.payload)});
+        return out;
+    }
+    Result<void> delivered(std::span<const uint64_t> seqs) override {
+        auto ok = store_.outbox_delete(seqs);
+        if (!ok) return fail(ok.error().message);
+        return {};
+    }
+    void claimed(uint64_t seq_next) override { store_.set_claimed(seq_next); }
+
+private:
+    lmdb::Store& store_;
+    const config::Config& config_;
+};
+
+}  // namespace
+
+mqtt::BrokerOptions source_broker_options(const config::Config& config) {
+    mqtt::BrokerOptions b;
+    b.uri = config.source.uri;
+    b.client_id = config.source.client_id;
+    b.username = config.source.username;
+    b.password = config.source.password;
+    if (config.source.tls) {
+        b.ca_file = config.source.tls->ca_file;
+        b.cert_file = config.source.tls->cert_file;
+        b.key_file = config.source.tls->key_file;
+    }
+    b.config_name = "source";
+    return b;
+}
+
+mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
+    mqtt::BrokerOptions b;
+    const config::UpstreamConfig& u = *config.upstream;
+    b.uri = u.uri;
+    b.client_id = u.client_id;
+    b.username = u.username;
+    b.password = u.password;
+    if (u.tls) {
+        b.ca_file = u.tls->ca_file;
+        b.cert_file = u.tls->cert_file;
+        b.key_file = u.tls->key_file;
+    }
+    b.max_inflight = static_cast<int>(u.max_inflight);
+    b.config_name = "upstream";
+    return b;
+}
+
+struct ServiceParts::Impl {
+    config::Config config;
+    std::unique_ptr<lmdb::Store> store;
+    std::unique_ptr<log::LogWriter> writer;
+    std::unique_ptr<log::LogReader> reader;
+    std::unique_ptr<Processor> processor;
+    std::unique_ptr<BatchSink> sink;
+    mqtt::RedeliveryFilter filter;
+    std::unique_ptr<OutboxAdapter> outbox_source;
+    std::unique_ptr<mqtt::Forwarder> forwarder;
+    std::unique_ptr<mqtt::HealthPublisher> health;
+
+    uint64_t checkpoint_offset = 0;  // of the last committed checkpoint
+    uint64_t consumed_offset = 0;    // next record the engine reads
+    uint64_t checkpoints = 0;
+    int64_t checkpoint_wall_ms = 0;
+    int64_t checkpoint_duration_ms = 0;
+    int64_t started_ms = steady_ms();
+
+    std::atomic<bool> paused{false};
+    std::atomic<uint64_t> redeliveries_skipped{0};
+    std::atomic<uint64_t> append_errors{0};
+    mutable std::mutex alarm_mutex;
+    std::string append_error;  // the latest log append failure, for health
+    std::string outbox_alarm;  // outbox_full | map_full | disk_full, while it lasts
+    uint64_t emitted_rows = 0;
+
+    mutable std::mutex health_mutex;
+    std::string health_json = "{}";
+    std::string status;
+
+    Result<bool> flush() {
+        if (!sink->side.empty()) {
+            auto ok = store->side_append(sink->side);
+            if (!ok) spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
+                                  sink->side.size());
+            sink->side.clear();
+        }
+        if (sink->rows.empty()) {
+            set_outbox_alarm("");
+            return true;
+        }
+        auto appended = store->outbox_append(sink->rows);
+        if (!appended && appended.error().code == lmdb::errc::map_full) {
+            // Trim what may go (side output is diagnostic), then try once more.
+            auto side = store->side_peek(0, 100'000);
+            if (side && !side->empty()) {
+                std::vector<uint64_t> seqs;
+                for (const auto& r : *side) seqs.push_back(r.seq);
+                (void)store->side_delete(seqs);
+            }
+            appended = store->outbox_append(sink->rows);
+        }
+        if (appended) {
+            emitted_rows += sink->rows.size();
+            sink->rows.clear();
+            set_outbox_alarm("");
+            if (forwarder) forwarder->notify();
+            return true;
+        }
+        switch (appended.error().code) {
+            case lmdb::errc::full: set_outbox_alarm("outbox_full"); return false;
+            case lmdb::errc::map_full: set_outbox_alarm("map_full"); return false;
+            case lmdb::errc::disk_full: set_outbox_alarm("disk_full"); return false;
+            case lmdb::errc::busy: return false;
+            default: return fail("outbox: " + appended.error().message);
+        }
+    }
+
+    void set_outbox_alarm(const std::string& alarm) {
+        std::lock_guard<std::mutex> lk(alarm_mutex);
+        if (alarm != outbox_alarm) {
+            if (!alarm.empty())
+                spdlog::warn("{}: ingest paused until the outbox can take the results", alarm);
+            else if (!outbox_alarm.empty())
+                spdlog::info("{} cleared: ingest resumed", outbox_alarm);
+        }
+        outbox_alarm = alarm;
+        paused.store(!alarm.empty());
+    }
+};
+
+ServiceParts::ServiceParts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ServiceParts::~ServiceParts() { stop_clients(); }
+
+Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& config) {
+    auto impl = std::make_unique<Impl>();
+    impl->config = config;
+    const config::Config& c = impl->config;
+
+    lmdb::StoreOptions so;
+    so.dir = c.data_dir + "/state";
+    so.map_size_bytes = c.storage.map_size_bytes;
+    so.read_only = false;
+    if (c.upstream) {
+        so.outbox_bytes_max = c.upstream->outbox.max_bytes;
+        so.outbox_when_full = c.upstream->outbox.when_full == config::WhenFull::pause_ingest
+                                  ? lmdb::WhenFull::pause_ingest
+                                  : lmdb::WhenFull::drop_oldest;
+        so.compact_superseded = c.upstream->compact_superseded;
+    }
+    auto store = lmdb::Store::open(so);
+    if (!store) return fail(store.error().message);
+    impl->store = std::move(*store);
+    if (impl->store->stale_readers_cleared())
+        spdlog::info("state: cleared {} stale readers left by a killed process",
+                     impl->store->stale_readers_cleared());
+
+    log::LogOptions lo;
+    lo.dir = c.data_dir + "/log";
+    lo.fsync = to_log(c.storage.fsync);
+    lo.fsync_interval_ms = c.storage.fsync_interval_ms;
+    lo.segment_bytes = c.storage.segment_bytes;
+    lo.retention_bytes_max = c.storage.log_retention.max_bytes;
+    lo.retention_age_ms_max = c.storage.log_retention.max_age_ms;
+    auto writer = log::LogWriter::open(lo);
+    if (!writer) return std::unexpected(writer.error());
+    impl->writer = std::move(*writer);
+    const log::LogStats ls = impl->writer->stats();
+    if (ls.tail_truncations)
+        spdlog::warn("log: cut a torn tail of {} bytes (a crash or power loss during a write)",
+                     ls.tail_bytes_cut);
+
+    auto processor = Processor::create(c);
+    if (!processor) return std::unexpected(processor.error());
+    impl->processor = std::move(*processor);
+    impl->sink = std::make_unique<BatchSink>(impl->config);
+    auto reader = log::LogReader::open(lo.dir);
+    if (!reader) return std::unexpected(reader.error());
+    impl->reader = std::move(*reader);
+    return std::unique_ptr<ServiceParts>(new ServiceParts(std::move(impl)));
+}
+
+Result<uint64_t> ServiceParts::recover() {
+    Impl& m = *impl_;
+    auto cp = m.store->load_checkpoint();
+    if (!cp) return fail(cp.error().message);
+    uint64_t offset = m.writer->first_offset();
+    if (*cp) {
+        auto loaded = m.store->for_each_state([&](std::string_view k, std::string_view v) {
+            return m.processor->restore_entry(k, v);
+        });
+        if (!loaded) return fail("restoring state: " + loaded.error().message);
+        if (auto ok = m.processor->restore_finish(); !ok)
+            return fail("restoring state: " + ok.error().message);
+        offset = (*cp)->log_offset;
+        m.checkpoint_wall_ms = (*cp)->checkpoint_ms;
+        if (offset < m.writer->first_offset())
+            return fail("the checkpoint points at log offset " + std::to_string(offset) +
+                        " but the log starts at " + std::to_string(m.writer->first_offset()) +
+                        ": segments were removed by hand; restore them or clear data_dir");
+    }
+    if (offset > m.writer->end_offset())
+        return fail("the checkpoint points at log offset " + std::to_string(offset) +
+                    " past the log's end " + std::to_string(m.writer->end_offset()) +
+                    ": the log was truncated or replaced; clear data_dir/state to rebuild");
+    m.checkpoint_offset = offset;
+    m.consumed_offset = offset;
+    if (auto ok = m.reader->seek(offset); !ok) return std::unexpected(ok.error());
+    uint64_t replayed = 0;
+    log::Record rec;
+    const uint64_t end = m.writer->end_offset();
+    for (;;) {
+        auto next = m.reader->next(rec, end);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        if (rec.type == log::RecordType::message) m.filter.remember(rec.topic, rec.payload);
+        m.processor->feed(rec, *m.sink);
+        m.consumed_offset = rec.next_offset;
+        if (++replayed % 4096 == 0) {
+            auto flushed = m.flush();
+            if (!flushed) return std::unexpected(flushed.error());
+            if (!*flushed) return fail("the outbox is full during recovery: " + m.outbox_alarm);
+        }
+    }
+    auto flushed = m.flush();
+    if (!flushed) return std::unexpected(flushed.error());
+    if (!*flushed) return fail("the outbox is full during recovery: " + m.outbox_alarm);
+    return replayed;
+}
+
+uint64_t ServiceParts::checkpoint_offset() const { return impl_->checkpoint_offset; }
+
+Result<size_t> ServiceParts::step(size_t records_max, bool drain) {
+    Impl& m = *impl_;
+    if (!m.sink->rows.empty()) {
+        auto flushed = m.flush();
+        if (!flushed) return std::unexpected(flushed.error());
+        if (!*flushed) return 0;
+    }
+    const bool written_end = drain || m.config.storage.fsync == config::FsyncPolicy::never;
+    // Only durable records are processed (fsync always/interval): after a power cut the outbox
+    // never holds results of records the log lost.
+    const uint64_t readable = written_end ? m.writer->end_offset() : m.writer->durable_offset();
+    size_t n = 0;
+    log::Record rec;
+    while (n < records_max) {
+        auto next = m.reader->next(rec, readable);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        m.processor->feed(rec, *m.sink);
+        m.consumed_offset = rec.next_offset;
+        ++n;
+    }
+    auto flushed = m.flush();
+    if (!flushed) return std::unexpected(flushed.error());
+    return n;
+}
+
+bool ServiceParts::can_checkpoint() const { return impl_->sink->rows.empty(); }
+
+Result<void> ServiceParts::checkpoint() {
+    Impl& m = *impl_;
+    TM_ASSERT(m.sink->rows.empty());
+    const int64_t t0 = steady_ms();
+    // The log is durable up to the checkpoint's offset before the checkpoint commits.
+    if (auto ok = m.writer->sync(); !ok) return ok;
+    auto stats = m.store->outbox_stats();
+    if (!stats) return fail(stats.error().message);
+    const uint64_t seq_next = stats->seq_next;
+    auto txn = m.store->begin_checkpoint();
+    if (!txn) return fail(txn.error().message);
+    m.processor->checkpoint(**txn);
+    lmdb::CheckpointMeta meta;
+    meta.log_offset = m.consumed_offset;
+    meta.outbox_seq_next = seq_next;
+    meta.checkpoint_ms = wall_ms();
+    meta.config_fingerprint = m.config.node_id;
+    auto committed = (*txn)->commit(meta);
+    if (!committed) {
+        if (committed.error().code == lmdb::errc::map_full)
+            m.set_outbox_alarm("map_full");
+        return fail("checkpoint: " + committed.error().message);
+    }
+    m.checkpoint_offset = m.consumed_offset;
+    m.checkpoint_wall_ms = meta.checkpoint_ms;
+    ++m.checkpoints;
+    // Emissions before this checkpoint can never be regenerated: their ids may go.
+    if (auto pruned = m.store->prune_ids(seq_next); !pruned)
+        spdlog::warn("outbox: pruning ids: {}", pruned.error().message);
+    auto retention = m.writer->apply_retention(m.checkpoint_offset, wall_ms());
+    if (!retention) spdlog::warn("log retention: {}", retention.error().message);
+    m.checkpoint_duration_ms = steady_ms() - t0;
+    return {};
+}
+
+log::LogWriter& ServiceParts::log() { return *impl_->writer; }
+lmdb::Store& ServiceParts::store() { return *impl_->store; }
+mqtt::RedeliveryFilter& ServiceParts::redelivery_filter() { return impl_->filter; }
+bool ServiceParts::ingest_paused() const { return impl_->paused.load(); }
+void ServiceParts::count_redelivery_skipped() { ++impl_->redeliveries_skipped; }
+void ServiceParts::append_failed(const std::string& message) {
+    ++impl_->append_errors;
+    std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
+    if (impl_->append_error != message) spdlog::error("log append: {}", message);
+    impl_->append_error = message;
+}
+
+Result<void> ServiceParts::start_forwarder() {
+    Impl& m = *impl_;
+    if (!m.config.upstream) return {};
+    m.outbox_source = std::make_unique<OutboxAdapter>(*m.store, m.config);
+    mqtt::ForwarderOptions fo;
+    fo.broker = upstream_broker_options(m.config);
+    fo.qos = m.config.upstream->qos;
+    auto fwd = mqtt::Forwarder::create(fo, *m.outbox_source);
+    if (!fwd) return std::unexpected(fwd.error());
+    m.forwarder = std::move(*fwd);
+    return m.forwarder->start();
+}
+
+Result<void> ServiceParts::start_health() {
+    Impl& m = *impl_;
+    mqtt::HealthOptions ho;
+    ho.broker = source_broker_options(m.config);
+    ho.broker.client_id += "-health";
+    ho.broker.config_name = "health";
+    ho.topic = codec::expand_topic_template(m.config.health.topic, m.config.node_id, "", "");
+    ho.status_topic = mqtt::status_topic_for(ho.topic);
+    ho.interval_ms = m.config.health.interval_ms;
+    auto hp = mqtt::HealthPublisher::create(ho, [this] {
+        std::lock_guard<std::mutex> lk(impl_->health_mutex);
+        return impl_->health_json;
+    });
+    if (!hp) return std::unexpected(hp.error());
+    m.health = std::move(*hp);
+    return m.health->start();
+}
+
+void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
+    Impl& m = *impl_;
+    using nlohmann::json;
+    json h;
+    h["node"] = m.config.node_id;
+    h["time_ms"] = wall_ms();
+    h["uptime_s"] = (steady_ms() - m.started_ms) / 1000;
+    json alarms = json::array();
+    {
+        std::lock_guard<std::mutex> lk(m.alarm_mutex);
+        if (!m.outbox_alarm.empty()) alarms.push_back(m.outbox_alarm);
+        if (!m.append_error.empty()) alarms.push_back("log_append_failed: " + m.append_error);
+    }
+    json pipelines = json::object();
+    core::Engine& engine = m.processor->engine();
+    for (uint32_t i = 0; i < m.config.pipelines.size(); ++i) {
+        const core::PipelineStats& s = engine.stats(i);
+        const DecodeCounters& d = m.processor->decode_counters()[i];
+        json p;
+        p["watermark_ms"] = s.watermark_ms;
+        p["watermark_lag_ms"] = s.watermark_ms == INT64_MIN ? json(nullptr)
+                                                            : json(s.ingest_ms - s.watermark_ms);
+        p["events_in"] = s.events_in;
+        p["late_updated"] = s.late_updated;
+        p["too_late"] = s.too_late;
+        p["side_outputs"] = s.side_outputs;
+        p["clamped"] = s.clamped;
+        p["malformed"] = d.malformed;
+        p["fields_missing"] = d.fields_missing;
+        p["keys_refused"] = s.keys_refused;
+        p["windows_refused"] = s.windows_refused;
+        p["partitions_active"] = s.partitions_active;
+        p["partitions_idle"] = s.partitions_idle;
+        p["keys"] = s.keys;
+        p["open_windows"] = s.open_windows;
+        p["state_bytes"] = s.state_bytes;
+        p["emitted"] = {{"final", s.emitted_final},
+                        {"update", s.emitted_update},
+                        {"retract", s.emitted_retract}};
+        p["lag_ms"] = {{"p50", s.lag_ms.quantile(0.5)},
+                       {"p99", s.lag_ms.quantile(0.99)},
+                       {"p999", s.lag_ms.quantile(0.999)}};
+        pipelines[m.config.pipelines[i].spec.name] = p;
+    }
+    h["pipelines"] = pipelines;
+    json in;
+    if (ingest) {
+        const mqtt::IngestStats is = ingest->stats();
+        in["connected"] = is.connected;
+        in["messages"] = is.messages;
+        in["bytes"] = is.bytes;
+        in["duplicates_flagged"] = is.duplicates;
+        in["reconnects"] = is.reconnects;
+        in["retries"] = is.handler_retries;
+        in["last_error"] = is.last_error;
+    } else {
+        in["connected"] = false;
+    }
+    in["redeliveries_skipped"] = m.redeliveries_skipped.load();
+    in["append_errors"] = m.append_errors.load();
+    in["paused"] = m.paused.load();
+    in["malformed_records"] = m.processor->malformed_records();
+    h["ingest"] = in;
+    const log::LogStats ls = m.writer->stats();
+    h["log"] = {{"bytes", ls.total_bytes},          {"segments", ls.segments},
+                {"first_offset", ls.first_offset},  {"end_offset", ls.end_offset},
+                {"durable_offset", ls.durable_offset},
+                {"engine_offset", m.consumed_offset},
+                {"oldest_ingest_ms", ls.oldest_ingest_ms == log::ingest_ms_unknown
+                                         ? json(nullptr)
+                                         : json(ls.oldest_ingest_ms)},
+                {"records_appended", ls.records_appended},
+                {"tail_truncations", ls.tail_truncations}};
+    h["checkpoint"] = {{"count", m.checkpoints},
+                       {"age_ms", m.checkpoint_wall_ms ? wall_ms() - m.checkpoint_wall_ms : -1},
+                       {"duration_ms", m.checkpoint_duration_ms},
+                       {"log_offset", m.checkpoint_offset}};
+    if (auto os = m.store->outbox_stats()) {
+        h["outbox"] = {{"rows", os->rows},
+                       {"bytes", os->bytes},
+                       {"oldest_seq", os->oldest_seq},
+                       {"dropped", os->dropped},
+                       {"compacted", os->compacted},
+                       {"duplicates_skipped", os->duplicates_skipped}};
+    }
+    if (m.forwarder) {
+        const mqtt::ForwarderStats fs = m.forwarder->stats();
+        h["upstream"] = {{"link_up", fs.link_up},
+                         {"sends", fs.sends},
+                         {"acks", fs.acks},
+                         {"reconnects", fs.reconnects},
+                         {"inflight", fs.inflight},
+                         {"offline_since_ms", fs.offline_since_ms},
+                         {"last_error", fs.last_error}};
+    } else {
+        h["upstream"] = {{"configured", false}};
+    }
+    if (auto used = m.store->map_used_bytes())
+        h["map"] = {{"used_bytes", *used}, {"size_bytes", m.store->map_size_bytes()}};
+    h["rss_kib"] = rss_kib();
+    std::string text = h.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::string status;
+    if (!alarms.empty()) status = "alarm: " + alarms[0].get<std::string>();
+    else if (m.forwarder && !m.forwarder->stats().link_up) status = "running, upstream offline";
+    else status = "running";
+    h["alarms"] = alarms;
+    text = h.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::lock_guard<std::mutex> lk(m.health_mutex);
+    m.health_json = std::move(text);
+    m.status = std::move(status);
+}
+
+std::string ServiceParts::status_line() const {
+    std::lock_guard<std::mutex> lk(impl_->health_mutex);
+    return impl_->status;
+}
+
+void ServiceParts::reload(const std::string& config_path, Notifier& notifier) {
+    notifier.reloading();
+    auto loaded = config::load_config_file(config_path);
+    if (!loaded) {
+        const std::string why = config::format_errors(loaded.error());
+        spdlog::error("reload refused, the running config stays: {}", why);
+        notifier.status("reload refused: the new config has errors (see the journal)");
+        notifier.ready();
+        return;
+    }
+    const config::Config& now = impl_->config;
+    std::vector<std::string> needs_restart;
+    if (loaded->node_id != now.node_id) needs_restart.push_back("node_id");
+    if (loaded->data_dir != now.data_dir) needs_restart.push_back("data_dir");
+    if (loaded->source.uri != now.source.uri) needs_restart.push_back("source");
+    if (loaded->pipelines.size() != now.pipelines.size()) needs_restart.push_back("pipelines");
+    for (size_t i = 0; i < std::min(loaded->pipelines.size(), now.pipelines.size()); ++i)
+        if (core::state_fingerprint(loaded->pipelines[i].spec) !=
+                core::state_fingerprint(now.pipelines[i].spec) ||
+            loaded->pipelines[i].spec.name != now.pipelines[i].spec.name)
+            needs_restart.push_back("pipelines/" + std::to_string(i));
+    if (!needs_restart.empty()) {
+        std::string list;
+        for (const auto& s : needs_restart) list += (list.empty() ? "" : ", ") + s;
+        spdlog::warn("reload: {} changed; these need a restart (systemctl restart tidemark), "
+                     "the running config stays",
+                     list);
+        notifier.status("reload refused: " + list + " need a restart");
+    } else {
+        spdlog::set_level(spdlog::level::from_str(loaded->log_level));
+        impl_->config.log_level = loaded->log_level;
+        spdlog::info("reload: applied log_level {}", loaded->log_level);
+        notifier.status("reloaded");
+    }
+    notifier.ready();
+}
+
+void ServiceParts::stop_clients() {
+    if (impl_->forwarder) impl_->forwarder->stop(std::chrono::seconds(2));
+    if (impl_->health) impl_->health->stop(std::chrono::seconds(2));
+    impl_->forwarder.reset();
+    impl_->health.reset();
+}
+
+}  // namespace tidemark::firmware

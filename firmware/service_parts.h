@@ -1,0 +1,81 @@
+// The parts of the running service that the engine thread owns: store, log, processor, outbox
+// batch, forwarder and health. Split from runtime.cpp so that the run loop reads as a loop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "adapters/config/config.h"
+#include "core/result.h"
+
+namespace tidemark::log {
+class LogWriter;
+}
+namespace tidemark::lmdb {
+class Store;
+}
+namespace tidemark::mqtt {
+class Ingest;
+class RedeliveryFilter;
+struct BrokerOptions;
+}  // namespace tidemark::mqtt
+
+namespace tidemark::firmware {
+
+class Notifier;
+
+int64_t wall_ms();
+mqtt::BrokerOptions source_broker_options(const config::Config& config);
+mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
+
+/// Operation: open() opens the LMDB store under data_dir/state and the log under data_dir/log;
+/// recover() restores the last checkpoint and replays the log after it; step() reads the next
+/// records, feeds the engine and commits their emissions to the outbox in one transaction;
+/// checkpoint() makes the log durable, then commits the changed state with the log offset.
+/// When the outbox (pause_ingest), the map or the disk is full, the batch is kept in memory,
+/// ingest is paused (retry_later: the broker keeps the messages) and an alarm is raised; nothing
+/// is checkpointed past emissions that are not in the outbox.
+/// Concurrency: everything but log(), redelivery_filter(), ingest_paused(),
+/// count_redelivery_skipped(), append_failed() and the health snapshot runs on the engine
+/// thread. The ingest callback uses those.
+class ServiceParts {
+public:
+    static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config);
+    ~ServiceParts();
+
+    /// Loads the checkpoint and replays the log to its end. Returns records replayed.
+    Result<uint64_t> recover();
+    uint64_t checkpoint_offset() const;
+    /// Processes at most `records_max` records (up to the durable end, or the written end when
+    /// draining on shutdown) and commits their emissions. Returns records processed.
+    Result<size_t> step(size_t records_max, bool drain);
+    /// False while emissions wait for room in the outbox.
+    bool can_checkpoint() const;
+    Result<void> checkpoint();
+
+    log::LogWriter& log();
+    /// The open store, for tests and tools that act as the forwarder (engine thread only).
+    lmdb::Store& store();
+    mqtt::RedeliveryFilter& redelivery_filter();
+    bool ingest_paused() const;
+    void count_redelivery_skipped();
+    void append_failed(const std::string& message);
+
+    Result<void> start_forwarder();
+    Result<void> start_health();
+    void refresh_health(const mqtt::Ingest* ingest);
+    std::string status_line() const;
+    void reload(const std::string& config_path, Notifier& notifier);
+    void stop_clients();
+
+private:
+    struct Impl;
+    explicit ServiceParts(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,284 @@
+// A message becomes exactly the event its pipeline describes, or a reason it could not.
+#include "adapters/codec/decoder.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "adapters/codec/timestamp.h"
+#include "adapters/codec/topic.h"
+
+using namespace tidemark;
+using codec::DecodeStatus;
+using config::Extractor;
+using config::TimestampSpec;
+
+namespace {
+
+config::PipelineConfig pipeline(TimestampSpec::Format format = TimestampSpec::epoch_ms) {
+    config::PipelineConfig p;
+    p.spec.name = "p";
+    p.topic_filter = "sensors/+/telemetry";
+    p.key = {Extractor{Extractor::topic_level, 1, ""}};
+    p.timestamp = TimestampSpec{false, "/ts", format};
+    p.spec.fields = {"temp", "hum"};
+    p.field_pointers = {"/temp", "/env/hum"};
+    return p;
+}
+
+constexpr std::string_view topic = "sensors/dev-7/telemetry";
+
+// Decodes `payload` with a pipeline reading "/ts" in `format`; returns event_ms or -1 with
+// the status in `status`.
+int64_t time_of(std::string payload, TimestampSpec::Format format, DecodeStatus* status = nullptr) {
+    codec::Decoder decoder(pipeline(format));
+    codec::DecodedEvent out;
+    DecodeStatus s = decoder.decode(topic, payload, 5, 1, out);
+    if (status) *status = s;
+    return s == DecodeStatus::ok ? out.event.event_ms : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a telemetry message decodes to key, time and fields", "[codec]") {
+    codec::Decoder decoder(pipeline());
+    codec::DecodedEvent out;
+    std::string payload = R"({"ts": 1764400000123, "temp": 21.5, "env": {"hum": 40}})";
+    REQUIRE(decoder.decode(topic, payload, 1764400000999, 42, out) == DecodeStatus::ok);
+    CHECK(out.event.key == "dev-7");
+    CHECK(out.event.partition == "dev-7");
+    CHECK(out.event.event_ms == 1764400000123);
+    CHECK(out.event.ingest_ms == 1764400000999);
+    CHECK(out.event.order == 42);
+    REQUIRE(out.event.fields.size() == 2);
+    CHECK(out.event.fields[0] == 21.5);
+    CHECK(out.event.fields[1] == 40.0);
+    CHECK(out.fields_missing == 0);
+    CHECK(out.event.topic == topic);
+    CHECK(out.event.payload == payload);
+    CHECK(decoder.matches(topic));
+    CHECK_FALSE(decoder.matches("sensors/dev-7/status"));
+}
+
+TEST_CASE("missing or non-numeric fields are NaN and counted", "[codec]") {
+    codec::Decoder decoder(pipeline());
+    codec::DecodedEvent out;
+    REQUIRE(decoder.decode(topic, R"({"ts": 1, "temp": "hot", "env": {}})", 0, 0, out) ==
+            DecodeStatus::ok);
+    CHECK(std::isnan(out.event.fields[0]));
+    CHECK(std::isnan(out.event.fields[1]));
+    CHECK(out.fields_missing == 2);
+    REQUIRE(decoder.decode(topic, R"({"ts": 1, "temp": true})", 0, 0, out) == DecodeStatus::ok);
+    CHECK(out.fields_missing == 2);
+    REQUIRE(decoder.decode(topic, R"({"ts": 1, "temp": -3, "env": {"hum": 1e2}})", 0, 0, out) ==
+            DecodeStatus::ok);
+    CHECK(out.event.fields[0] == -3.0);
+    CHECK(out.event.fields[1] == 100.0);
+    CHECK(out.fields_missing == 0);
+}
+
+TEST_CASE("keys from topic levels and pointers, single and composite", "[codec]") {
+    auto p = pipeline();
+    codec::DecodedEvent out;
+    SECTION("a pointer to a string, a number, a boolean") {
+        p.key = {Extractor{Extractor::json_pointer, 0, "/id"}};
+        codec::Decoder decoder(p);
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"id":"a/b"})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "a/b");
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"id":17})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "17");
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"id":7.50})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "7.5");
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"id":true})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "true");
+        CHECK(decoder.decode(topic, R"({"ts":1,"id":null})", 0, 0, out) == DecodeStatus::bad_key);
+        CHECK(out.reason == "the key pointer /id is null: use a string, number or boolean");
+        CHECK(decoder.decode(topic, R"({"ts":1,"id":{}})", 0, 0, out) == DecodeStatus::bad_key);
+        CHECK(decoder.decode(topic, R"({"ts":1})", 0, 0, out) == DecodeStatus::missing_key);
+        CHECK(out.reason == "the key pointer /id is not in the payload");
+        CHECK(decoder.decode(topic, R"({"ts":1,"id":""})", 0, 0, out) == DecodeStatus::missing_key);
+        std::string long_id(codec::key_bytes_max + 1, 'x');
+        CHECK(decoder.decode(topic, R"({"ts":1,"id":")" + long_id + "\"}", 0, 0, out) ==
+              DecodeStatus::bad_key);
+    }
+    SECTION("composite keys join with '|' and escape it inside parts") {
+        p.key = {Extractor{Extractor::topic_level, 1, ""},
+                 Extractor{Extractor::json_pointer, 0, "/room"}};
+        codec::Decoder decoder(p);
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"room":"kitchen"})", 0, 0, out) ==
+                DecodeStatus::ok);
+        CHECK(out.event.key == "dev-7|kitchen");
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"room":"a|b%"})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "dev-7|a%7Cb%25");
+    }
+    SECTION("a topic level the topic does not have") {
+        p.key = {Extractor{Extractor::topic_level, 5, ""}};
+        codec::Decoder decoder(p);
+        CHECK(decoder.decode(topic, R"({"ts":1})", 0, 0, out) == DecodeStatus::missing_key);
+        CHECK(out.reason ==
+              "the key is topic level 5 but topic \"sensors/dev-7/telemetry\" has fewer levels");
+    }
+    SECTION("a partition of its own") {
+        p.partition = {Extractor{Extractor::json_pointer, 0, "/site"}};
+        codec::Decoder decoder(p);
+        REQUIRE(decoder.decode(topic, R"({"ts":1,"site":"north"})", 0, 0, out) == DecodeStatus::ok);
+        CHECK(out.event.key == "dev-7");
+        CHECK(out.event.partition == "north");
+        CHECK(decoder.decode(topic, R"({"ts":1})", 0, 0, out) == DecodeStatus::missing_partition);
+    }
+}
+
+TEST_CASE("epoch timestamps in every unit, as numbers or numeric strings", "[codec]") {
+    using F = TimestampSpec;
+    CHECK(time_of(R"({"ts": 1764400000})", F::epoch_s) == 1764400000000);
+    CHECK(time_of(R"({"ts": 1764400000.123})", F::epoch_s) == 1764400000123);
+    CHECK(time_of(R"({"ts": "1764400000.1239"})", F::epoch_s) == 1764400000123);
+    CHECK(time_of(R"({"ts": 1764400000123})", F::epoch_ms) == 1764400000123);
+    CHECK(time_of(R"({"ts": 1764400000123.9})", F::epoch_ms) == 1764400000123);
+    CHECK(time_of(R"({"ts": "1764400000123"})", F::epoch_ms) == 1764400000123);
+    CHECK(time_of(R"({"ts": 1764400000123456})", F::epoch_us) == 1764400000123);
+    CHECK(time_of(R"({"ts": 1764400000123456789})", F::epoch_ns) == 1764400000123);
+    CHECK(time_of(R"({"ts": "1764400000123456789"})", F::epoch_ns) == 1764400000123);
+    // Before 1970, truncation is towards the past.
+    CHECK(time_of(R"({"ts": -1})", F::epoch_us) == -1);
+    CHECK(time_of(R"({"ts": "-0.5"})", F::epoch_s) == -500);
+    CHECK(time_of(R"({"ts": "-0.0005"})", F::epoch_s) == -1);
+
+    DecodeStatus status;
+    CHECK(time_of(R"({"ts": "soon"})", F::epoch_ms, &status) == -1);
+    CHECK(status == DecodeStatus::bad_timestamp);
+    CHECK(time_of(R"({"ts": "1e12"})", F::epoch_ms, &status) == -1);
+    CHECK(status == DecodeStatus::bad_timestamp);
+    CHECK(time_of(R"({"ts": 99999999999999999})", F::epoch_s, &status) == -1);  // overflows
+    CHECK(status == DecodeStatus::bad_timestamp);
+    CHECK(time_of(R"({"ts": 18446744073709551615})", F::epoch_ns, &status) == -1);
+    CHECK(status == DecodeStatus::bad_timestamp);
+    CHECK(time_of(R"({"ts": true})", F::epoch_ms, &status) == -1);
+    CHECK(status == DecodeStatus::bad_timestamp);
+    CHECK(time_of(R"({"ts": null})", F::epoch_ms, &status) == -1);
+    CHECK(status == DecodeStatus::missing_timestamp);
+    CHECK(time_of(R"({"t": 1})", F::epoch_ms, &status) == -1);
+    CHECK(status == DecodeStatus::missing_timestamp);
+}
+
+TEST_CASE("RFC 3339 timestamps, strictly", "[codec]") {
+    using F = TimestampSpec;
+    CHECK(time_of(R"({"ts": "1970-01-01T00:00:00Z"})", F::rfc3339) == 0);
+    CHECK(time_of(R"({"ts": "2025-11-29T07:06:40Z"})", F::rfc3339) == 1764400000000);
+    CHECK(time_of(R"({"ts": "2025-11-29T07:06:40.123Z"})", F::rfc3339) == 1764400000123);
+    CHECK(time_of(R"({"ts": "2025-11-29T07:06:40.1239999z"})", F::rfc3339) == 1764400000123);
+    CHECK(time_of(R"({"ts": "2025-11-29T07:06:40.5"})", F::rfc3339) == -1);  // no offset
+    CHECK(time_of(R"({"ts": "2025-11-29t08:06:40+01:00"})", F::rfc3339) == 1764400000000);
+    CHECK(time_of(R"({"ts": "2025-11-29 01:36:40-05:30"})", F::rfc3339) == 1764400000000);
+    CHECK(time_of(R"({"ts": "2025-11-28T23:06:40.1-08:00"})", F::rfc3339) == 1764400000100);
+    // Leap years: 2024 and 2000 have a 29 February, 2025 and 1900 do not.
+    CHECK(time_of(R"({"ts": "2024-02-29T00:00:00Z"})", F::rfc3339) == 1709164800000);
+    CHECK(time_of(R"({"ts": "2000-02-29T12:00:00Z"})", F::rfc3339) == 951825600000);
+    CHECK(time_of(R"({"ts": "2025-02-29T00:00:00Z"})", F::rfc3339) == -1);
+    CHECK(time_of(R"({"ts": "1900-02-29T00:00:00Z"})", F::rfc3339) == -1);
+    CHECK(codec::parse_rfc3339_ms("1969-12-31T23:59:59.999Z") == -1);
+    CHECK(codec::parse_rfc3339_ms("2016-12-31T23:59:60Z") == 1483228800000);
+    for (const char* garbage :
+         {"", "2025-11-29", "2025-11-29T07:06Z", "2025-13-01T00:00:00Z", "2025-11-31T00:00:00Z",
+          "2025-11-29T24:00:00Z", "2025-11-29T07:60:00Z", "2025-11-29T07:06:61Z",
+          "2025-11-29T07:06:40.Z", "2025-11-29T07:06:40+0100", "2025-11-29T07:06:40+24:00",
+          "2025-11-29T07:06:40Zjunk", "2025-11-29X07:06:40Z", " 2025-11-29T07:06:40Z",
+          "+2025-11-29T07:06:40Z", "2025-1-29T07:06:40Z"}) {
+        INFO(garbage);
+        CHECK_FALSE(codec::parse_rfc3339_ms(garbage).has_value());
+    }
+    DecodeStatus status;
+    CHECK(time_of(R"({"ts": 1764400000})", F::rfc3339, &status) == -1);
+    CHECK(status == DecodeStatus::bad_timestamp);
+}
+
+TEST_CASE("ingest time when the pipeline says so", "[codec]") {
+    auto p = pipeline();
+    p.timestamp = TimestampSpec{};
+    codec::Decoder decoder(p);
+    codec::DecodedEvent out;
+    REQUIRE(decoder.decode(topic, R"({"temp": 1})", 777, 0, out) == DecodeStatus::ok);
+    CHECK(out.event.event_ms == 777);
+}
+
+TEST_CASE("every malformed payload has its status and reason", "[codec]") {
+    codec::Decoder decoder(pipeline());
+    codec::DecodedEvent out;
+    CHECK(decoder.decode(topic, "{\"ts\": 1, \"temp\": \"\xff\"}", 0, 0, out) ==
+          DecodeStatus::not_utf8);
+    CHECK(out.reason == "the payload is not valid UTF-8");
+    CHECK(decoder.decode(topic, R"({"ts": 1, "temp": 2)", 0, 0, out) ==
+          DecodeStatus::malformed_json);
+    CHECK_THAT(out.reason, Catch::StartsWith("the payload is not valid JSON: "));
+    CHECK(decoder.decode(topic, "", 0, 0, out) == DecodeStatus::malformed_json);
+    CHECK(decoder.decode(topic, "hello", 0, 0, out) == DecodeStatus::malformed_json);
+    CHECK(decoder.decode(topic, R"({"ts": 1} {"ts": 2})", 0, 0, out) ==
+          DecodeStatus::malformed_json);
+    CHECK(decoder.decode(topic, R"([1, 2])", 0, 0, out) == DecodeStatus::not_an_object);
+    CHECK(out.reason == "the payload is an array, not a JSON object");
+    CHECK(decoder.decode(topic, "21.5", 0, 0, out) == DecodeStatus::not_an_object);
+    // A good message after bad ones decodes normally: no state leaks between calls.
+    REQUIRE(decoder.decode(topic, R"({"ts": 3, "temp": 4})", 0, 0, out) == DecodeStatus::ok);
+    CHECK(out.event.event_ms == 3);
+    CHECK(out.reason.empty());
+    CHECK(codec::decode_status_name(DecodeStatus::not_utf8) == "not_utf8");
+}
+
+TEST_CASE("decoding reuses its buffers", "[codec]") {
+    codec::Decoder decoder(pipeline());
+    codec::DecodedEvent out;
+    std::string payload = R"({"ts": 1764400000123, "temp": 21.5, "env": {"hum": 40}})";
+    REQUIRE(decoder.decode(topic, payload, 0, 0, out) == DecodeStatus::ok);
+    const char* key_data = out.key_buffer.data();
+    const double* fields_data = out.field_values.data();
+    for (int i = 0; i < 100; ++i) {
+        REQUIRE(decoder.decode(topic, payload, 0, static_cast<uint64_t>(i), out) ==
+                DecodeStatus::ok);
+    }
+    CHECK(out.key_buffer.data() == key_data);
+    CHECK(out.field_values.data() == fields_data);
+}
+
+TEST_CASE("topic filters match as MQTT says", "[codec]") {
+    struct Row {
+        const char* filter;
+        const char* topic;
+        bool matches;
+    };
+    const Row rows[] = {
+        {"sensors/+/telemetry", "sensors/dev-7/telemetry", true},
+        {"sensors/+/telemetry", "sensors/dev-7/status", false},
+        {"sensors/+/telemetry", "sensors/a/b/telemetry", false},
+        {"sensors/+/telemetry", "sensors//telemetry", true},
+        {"sensors/+", "sensors", false},
+        {"sensors/+", "sensors/", true},
+        {"sensors/#", "sensors", true},
+        {"sensors/#", "sensors/a/b/c", true},
+        {"sensors/#", "sensorsX/a", false},
+        {"#", "anything/at/all", true},
+        {"#", "$SYS/broker/load", false},
+        {"+/monitor", "$SYS/monitor", false},
+        {"$SYS/#", "$SYS/broker/load", true},
+        {"a/b", "a/b", true},
+        {"a/b", "a/b/c", false},
+        {"a/b/c", "a/b", false},
+        {"a/b", "A/b", false},
+        {"+/+", "a/b", true},
+        {"+", "a/b", false},
+        {"/+", "/a", true},
+    };
+    for (const auto& row : rows) {
+        INFO(row.filter << " vs " << row.topic);
+        CHECK(codec::topic_matches(row.filter, row.topic) == row.matches);
+    }
+}
+
+TEST_CASE("a key in a topic template stays one level and is never a wildcard", "[codec]") {
+    CHECK(codec::expand_topic_template("tidemark/{node_id}/{pipeline}", "gw-01", "t_1m", "k") ==
+          "tidemark/gw-01/t_1m");
+    CHECK(codec::expand_topic_template("r/{pipeline}/{key}", "gw", "p", "a/b+c#d%e") ==
+          "r/p/a%2Fb%2Bc%23d%25e");
+    CHECK(codec::expand_topic_template("r/{key}", "gw", "p", std::string("x\0y\n", 4)) ==
+          "r/x%00y%0A");
+    CHECK(codec::expand_topic_template("r/{key}", "gw", "p", "caf\xc3\xa9\xff") ==
+          "r/caf\xc3\xa9%FF");
+}

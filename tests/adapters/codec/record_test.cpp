@@ -1,0 +1,138 @@
+// Results leave the process as byte-stable JSON that any JSON reader parses back.
+#include "adapters/codec/record.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "adapters/codec/json_text.h"
+
+using namespace tidemark;
+
+namespace {
+
+core::Emission design_emission() {
+    core::Emission e;
+    e.id = 0x9f2c61d0a4b7e853;
+    e.kind = core::EmissionKind::final_result;
+    e.revision = 0;
+    e.key = "dev-7";
+    e.start_ms = 1764400000000;
+    e.end_ms = 1764400060000;
+    e.closed_by = core::ClosedBy::watermark;
+    e.values = {21.4, 60.0, 22.9};
+    e.watermark_ms = 1764400065000;
+    return e;
+}
+
+const std::vector<std::string> names = {"avg", "n", "p95"};
+
+}  // namespace
+
+TEST_CASE("a result is DESIGN.md's record, byte for byte", "[codec]") {
+    std::string out = "stale";
+    codec::encode_result("gw-01", "room_temp_1m", names, design_emission(), out);
+    CHECK(out ==
+          R"({"id":"9f2c61d0a4b7e853","node":"gw-01","pipeline":"room_temp_1m","key":"dev-7",)"
+          R"("window":{"start":1764400000000,"end":1764400060000},"kind":"final","revision":0,)"
+          R"("closed_by":"watermark","values":{"avg":21.4,"n":60,"p95":22.9},)"
+          R"("watermark":1764400065000})");
+}
+
+TEST_CASE("values: null for no value and non-finite, integers as integers", "[codec]") {
+    core::Emission e = design_emission();
+    e.id = 0x1;
+    e.kind = core::EmissionKind::retract;
+    e.revision = 3;
+    e.closed_by = core::ClosedBy::late;
+    e.key = "a\"b\\c\n\x01/\xff";
+    e.values = {std::nullopt,
+                std::numeric_limits<double>::quiet_NaN(),
+                std::numeric_limits<double>::infinity(),
+                -0.0,
+                9007199254740992.0,
+                9007199254740994.0,
+                0.1,
+                -2.5e-7,
+                1e300};
+    std::vector<std::string> many = {"a", "b", "c", "d", "e", "f", "g", "h", "i"};
+    std::string out;
+    codec::encode_result("gw", "p", many, e, out);
+    CHECK(
+        out ==
+        R"({"id":"0000000000000001","node":"gw","pipeline":"p","key":"a\"b\\c\u000a\u0001/\ufffd",)"
+        R"("window":{"start":1764400000000,"end":1764400060000},"kind":"retract","revision":3,)"
+        R"("closed_by":"late","values":{"a":null,"b":null,"c":null,"d":0,"e":9007199254740992,)"
+        R"("f":9007199254740994,"g":0.1,"h":-2.5e-07,"i":1e+300},"watermark":1764400065000})");
+
+    auto parsed = nlohmann::json::parse(out);
+    CHECK(parsed["key"] == "a\"b\\c\n\x01/\xef\xbf\xbd");
+    CHECK(parsed["values"]["a"].is_null());
+    CHECK(parsed["values"]["g"].get<double>() == 0.1);
+    CHECK(parsed["values"]["h"].get<double>() == -2.5e-7);
+    CHECK(parsed["values"]["f"].get<double>() == 9007199254740994.0);
+}
+
+TEST_CASE("a result survives a round trip through a JSON parser", "[codec]") {
+    core::Emission e = design_emission();
+    e.kind = core::EmissionKind::update;
+    e.closed_by = core::ClosedBy::idle;
+    e.values = {1.0 / 3.0, 7.0, std::nullopt};
+    std::string out;
+    codec::encode_result("gw-01", "room_temp_1m", names, e, out);
+    auto j = nlohmann::ordered_json::parse(out);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : j.items())
+        keys.push_back(k);
+    CHECK(keys == std::vector<std::string>{"id", "node", "pipeline", "key", "window", "kind",
+                                           "revision", "closed_by", "values", "watermark"});
+    CHECK(j["id"] == "9f2c61d0a4b7e853");
+    CHECK(j["kind"] == "update");
+    CHECK(j["closed_by"] == "idle");
+    CHECK(j["window"]["start"].get<int64_t>() == e.start_ms);
+    CHECK(j["values"]["avg"].get<double>() == 1.0 / 3.0);
+    CHECK(j["values"]["n"].is_number_integer());
+    CHECK(j["values"]["p95"].is_null());
+    CHECK(j["watermark"].get<int64_t>() == e.watermark_ms);
+}
+
+TEST_CASE("side output carries the raw event, base64 when it is not text", "[codec]") {
+    core::SideOutput side;
+    side.reason = "too_late";
+    side.order = 981;
+    side.key = "dev-7";
+    side.event_ms = 1000;
+    side.ingest_ms = 2000;
+    side.window_start_ms = 0;
+    side.window_end_ms = 60000;
+    side.watermark_ms = 700000;
+    side.topic = "sensors/dev-7/telemetry";
+    side.payload = R"({"ts":1000,"temp":20})";
+    std::string out;
+    codec::encode_side_output("gw-01", "p", side, out);
+    CHECK(out ==
+          R"({"node":"gw-01","pipeline":"p","reason":"too_late","key":"dev-7","log_offset":981,)"
+          R"("event_ms":1000,"ingest_ms":2000,"window":{"start":0,"end":60000},"watermark":700000,)"
+          R"("topic":"sensors/dev-7/telemetry","payload":"{\"ts\":1000,\"temp\":20}"})");
+    CHECK(nlohmann::json::parse(out)["payload"] == side.payload);
+
+    side.payload = std::string("\xff\x00\x01", 3);
+    codec::encode_side_output("gw-01", "p", side, out);
+    CHECK_THAT(out,
+               Catch::EndsWith(R"("topic":"sensors/dev-7/telemetry","payload_base64":"/wAB"})"));
+    CHECK(nlohmann::json::parse(out)["payload_base64"] == "/wAB");
+}
+
+TEST_CASE("base64 pads as RFC 4648 says", "[codec]") {
+    auto b64 = [](std::string_view s) {
+        std::string out;
+        codec::append_base64(out, s);
+        return out;
+    };
+    CHECK(b64("") == "");
+    CHECK(b64("f") == "Zg==");
+    CHECK(b64("fo") == "Zm8=");
+    CHECK(b64("foo") == "Zm9v");
+    CHECK(b64("foobar") == "Zm9vYmFy");
+}

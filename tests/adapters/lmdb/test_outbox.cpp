@@ -1,0 +1,373 @@
+// The outbox (seq order, id dedupe, bounds, compaction) and the side output of the LMDB store.
+#include <catch2/catch.hpp>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "adapters/lmdb/store.h"
+#include "test_support.h"
+
+using namespace tidemark::lmdb;
+using tidemark::lmdb::test::TempDir;
+
+namespace {
+
+constexpr uint8_t k_final = 0, k_update = 1, k_retract = 2;
+
+StoreOptions options(const std::string& dir) {
+    StoreOptions o;
+    o.dir = dir;
+    o.map_size_bytes = uint64_t{1} << 26;
+    return o;
+}
+
+std::unique_ptr<Store> open_store(const StoreOptions& o) {
+    auto s = Store::open(o);
+    if (!s) FAIL("open: " << s.error().message);
+    return std::move(*s);
+}
+
+OutboxRow row(uint64_t id, std::string key, int64_t start, uint32_t revision, uint8_t kind,
+              std::string payload = "{}") {
+    OutboxRow r;
+    r.id = id;
+    r.pipeline = "p";
+    r.key = std::move(key);
+    r.window_start_ms = start;
+    r.window_end_ms = start + 60000;
+    r.revision = revision;
+    r.kind = kind;
+    r.payload = std::move(payload);
+    return r;
+}
+
+AppendResult append(Store& s, std::vector<OutboxRow> rows) {
+    auto r = s.outbox_append(rows);
+    if (!r) FAIL("append: " << r.error().message);
+    return *r;
+}
+
+std::vector<uint64_t> ids_of(Store& s) {
+    std::vector<uint64_t> out;
+    const std::vector<OutboxRow> rows = s.outbox_peek(0, 1 << 20).value();
+    for (const OutboxRow& r : rows)
+        out.push_back(r.id);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("outbox rows come back in seq order with their fields", "[lmdb][outbox]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    auto a = append(*s, {row(11, "k1", 0, 0, k_final, R"({"v":1})"), row(12, "k2", 0, 0, k_final),
+                         row(13, "k1", 60000, 0, k_final)});
+    CHECK(a.appended == 3);
+    auto rows = s->outbox_peek(0, 10).value();
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0].seq < rows[1].seq);
+    CHECK(rows[1].seq < rows[2].seq);
+    OutboxRow expect = row(11, "k1", 0, 0, k_final, R"({"v":1})");
+    expect.seq = rows[0].seq;
+    CHECK(rows[0] == expect);
+    auto tail = s->outbox_peek(rows[1].seq, 10).value();
+    REQUIRE(tail.size() == 2);
+    CHECK(tail[0].id == 12);
+    CHECK(s->outbox_peek(0, 1).value().size() == 1);
+    auto st = s->outbox_stats().value();
+    CHECK(st.rows == 3);
+    CHECK(st.oldest_seq == rows[0].seq);
+    CHECK(st.seq_next == rows[2].seq + 1);
+}
+
+TEST_CASE("a regenerated emission is skipped, also after delete and reopen", "[lmdb][outbox]") {
+    TempDir tmp;
+    auto o = options(tmp.store());
+    uint64_t first_seq;
+    {
+        auto s = open_store(o);
+        append(*s, {row(1, "a", 0, 0, k_final), row(2, "b", 0, 0, k_final)});
+        auto rows = s->outbox_peek(0, 10).value();
+        first_seq = rows[0].seq;
+        // The forwarder got the PUBACK of row 1.
+        std::vector<uint64_t> acked{first_seq};
+        REQUIRE(s->outbox_delete(acked));
+        REQUIRE(s->outbox_delete(acked));  // again: fine
+    }
+    auto s = open_store(o);
+    // After a crash the engine replays and regenerates ids 1 and 2, then a new one.
+    auto a = append(
+        *s, {row(1, "a", 0, 0, k_final), row(2, "b", 0, 0, k_final), row(3, "c", 0, 0, k_final)});
+    CHECK(a.duplicates_skipped == 2);
+    CHECK(a.appended == 1);
+    CHECK(ids_of(*s) == std::vector<uint64_t>{2, 3});
+    CHECK(s->outbox_stats()->duplicates_skipped == 2);
+
+    // Ids below a checkpoint's seq can never be regenerated: pruned, they are forgotten.
+    auto pruned = s->prune_ids(first_seq + 1);
+    REQUIRE(pruned);
+    CHECK(*pruned == 1);
+    auto b = append(*s, {row(1, "a", 0, 0, k_final), row(2, "b", 0, 0, k_final)});
+    CHECK(b.appended == 1);  // id 1 is new again; id 2 still known
+    CHECK(b.duplicates_skipped == 1);
+}
+
+TEST_CASE("when_full = drop_oldest drops the oldest rows and counts them", "[lmdb][outbox]") {
+    TempDir tmp;
+    auto o = options(tmp.store());
+    const size_t payload_bytes = 1000;
+    o.outbox_bytes_max = 10 * (payload_bytes + 100);
+    auto s = open_store(o);
+    for (uint64_t id = 1; id <= 30; ++id)
+        append(*s,
+               {row(id, "k" + std::to_string(id), 0, 0, k_final, std::string(payload_bytes, 'x'))});
+    auto st = s->outbox_stats().value();
+    CHECK(st.bytes <= o.outbox_bytes_max);
+    CHECK(st.rows >= 9);
+    CHECK(st.rows + st.dropped == 30);
+    auto ids = ids_of(*s);
+    CHECK(ids.back() == 30);
+    CHECK(ids.front() == 30 - st.rows + 1);  // the newest survive
+    // A batch larger than the bound keeps its newest rows.
+    std::vector<OutboxRow> big;
+    for (uint64_t id = 100; id < 120; ++id)
+        big.push_back(
+            row(id, "b" + std::to_string(id), 0, 0, k_final, std::string(payload_bytes, 'y')));
+    auto a = append(*s, big);
+    CHECK(a.dropped == st.rows + 20 - s->outbox_stats()->rows);
+    CHECK(a.appended == s->outbox_stats()->rows);
+    CHECK(ids_of(*s).back() == 119);
+}
+
+TEST_CASE("when_full = pause_ingest refuses the batch whole and drops nothing", "[lmdb][outbox]") {
+    TempDir tmp;
+    auto o = options(tmp.store());
+    o.outbox_bytes_max = 5000;
+    o.outbox_when_full = WhenFull::pause_ingest;
+    auto s = open_store(o);
+    uint64_t id = 1;
+    StoreError err;
+    for (;; ++id) {
+        std::vector<OutboxRow> batch{
+            row(id, "k" + std::to_string(id), 0, 0, k_final, std::string(900, 'x'))};
+        auto r = s->outbox_append(batch);
+        if (!r) {
+            err = r.error();
+            break;
+        }
+        REQUIRE(id < 100);
+    }
+    CHECK(err.code == errc::full);
+    CHECK(err.message.find("pause_ingest") != std::string::npos);
+    const auto before = s->outbox_stats().value();
+    CHECK(before.rows == id - 1);
+    CHECK(before.dropped == 0);
+    CHECK(before.bytes <= o.outbox_bytes_max);
+    // Nothing of the refused batch was kept, not even its id.
+    auto rows = s->outbox_peek(0, 100).value();
+    std::vector<uint64_t> acked{rows[0].seq, rows[1].seq};
+    REQUIRE(s->outbox_delete(acked));
+    std::vector<OutboxRow> retry{
+        row(id, "k" + std::to_string(id), 0, 0, k_final, std::string(900, 'x'))};
+    auto r = s->outbox_append(retry);
+    REQUIRE(r);
+    CHECK(r->appended == 1);
+    CHECK(r->duplicates_skipped == 0);
+}
+
+TEST_CASE("compaction replaces unsent rows of a window with the newer revision", "[lmdb][outbox]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    SECTION("upsert: update r1 replaces an unsent final r0") {
+        append(*s, {row(1, "k", 0, 0, k_final), row(9, "other", 0, 0, k_final)});
+        auto b = append(*s, {row(2, "k", 0, 1, k_update)});
+        CHECK(b.compacted == 1);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{9, 2});
+        CHECK(s->outbox_stats()->compacted == 1);
+        // The compacted row's id is still known: regenerated after a crash, it is skipped.
+        CHECK(append(*s, {row(1, "k", 0, 0, k_final)}).duplicates_skipped == 1);
+    }
+    SECTION("a claimed (published) row is never compacted") {
+        append(*s, {row(1, "k", 0, 0, k_final)});
+        s->set_claimed(s->outbox_stats()->seq_next);
+        auto b = append(*s, {row(2, "k", 0, 1, k_update)});
+        CHECK(b.compacted == 0);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2});
+    }
+    SECTION("retract: an unsent final and its retract both vanish, the update stays") {
+        append(*s, {row(1, "k", 0, 0, k_final)});
+        auto b = append(*s, {row(2, "k", 0, 0, k_retract), row(3, "k", 0, 1, k_update)});
+        CHECK(b.compacted == 2);
+        CHECK(b.appended == 1);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{3});
+    }
+    SECTION("retract of a published final travels; a later correction compacts around it") {
+        append(*s, {row(1, "k", 0, 0, k_final)});
+        s->set_claimed(s->outbox_stats()->seq_next);
+        append(*s, {row(2, "k", 0, 0, k_retract), row(3, "k", 0, 1, k_update)});
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 3});
+        auto c = append(*s, {row(4, "k", 0, 1, k_retract), row(5, "k", 0, 2, k_update)});
+        CHECK(c.compacted == 2);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 5});
+    }
+    SECTION("rows present at open count as published (they may have reached the broker)") {
+        append(*s, {row(1, "k", 0, 0, k_final)});
+        s.reset();
+        s = open_store(options(tmp.store()));
+        CHECK(s->claimed_seq_next() == s->outbox_stats()->seq_next);
+        auto b = append(*s, {row(2, "k", 0, 0, k_retract), row(3, "k", 0, 1, k_update)});
+        CHECK(b.compacted == 0);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 3});
+    }
+    SECTION("off: every row stays") {
+        s.reset();
+        auto o = options(tmp.store());
+        o.compact_superseded = false;
+        s = open_store(o);
+        append(*s, {row(1, "k", 0, 0, k_final)});
+        auto b = append(*s, {row(2, "k", 0, 0, k_retract), row(3, "k", 0, 1, k_update)});
+        CHECK(b.compacted == 0);
+        CHECK(ids_of(*s).size() == 3);
+    }
+}
+
+namespace {
+
+// What an upstream consumer keeps per (pipeline, key, window): the highest revision, a retract
+// winning a tie (DESIGN.md section 4), and the running sum of finals + updates - retracts.
+struct Consumer {
+    std::map<std::tuple<std::string, std::string, int64_t>,
+             std::tuple<uint32_t, uint8_t, std::string>>
+        upserted;
+    std::map<std::tuple<std::string, std::string, int64_t>, long> sum;
+
+    void receive(const OutboxRow& r) {
+        auto w = std::make_tuple(r.pipeline, r.key, r.window_start_ms);
+        auto it = upserted.find(w);
+        if (it == upserted.end() || r.revision > std::get<0>(it->second) ||
+            (r.revision == std::get<0>(it->second) && r.kind == k_retract))
+            upserted[w] = {r.revision, r.kind, r.payload};
+        sum[w] += (r.kind == k_retract ? -1 : 1) * std::stol(r.payload);
+    }
+    // A window whose kept record is a retract has no value.
+    std::map<std::tuple<std::string, std::string, int64_t>, std::string> values() const {
+        std::map<std::tuple<std::string, std::string, int64_t>, std::string> out;
+        for (const auto& [w, v] : upserted)
+            if (std::get<1>(v) != k_retract) out[w] = std::get<2>(v);
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("compaction leaves the upserted result as it is without compaction", "[lmdb][outbox]") {
+    for (uint32_t seed = 1; seed <= 40; ++seed) {
+        INFO("seed " << seed);
+        std::mt19937 rng(seed);
+        // The emission stream of 12 windows in two pipelines: "u" corrects by upsert, "r" by
+        // retract + update; some "r" windows end with a bare retract (a session merged away).
+        struct Window {
+            std::string pipeline, key;
+            int64_t start;
+            uint32_t revision = 0;
+            bool fired = false, gone = false;
+            long value = 0;
+        };
+        std::vector<Window> windows;
+        for (int i = 0; i < 12; ++i)
+            windows.push_back({i % 2 ? "r" : "u", "k" + std::to_string(i % 3), 60000 * (i / 3)});
+        std::vector<std::vector<OutboxRow>> batches;
+        uint64_t id = 1;
+        for (int b = 0; b < 60; ++b) {
+            std::vector<OutboxRow> batch;
+            for (int n = std::uniform_int_distribution<int>(1, 4)(rng); n > 0; --n) {
+                Window& w =
+                    windows[std::uniform_int_distribution<size_t>(0, windows.size() - 1)(rng)];
+                if (w.gone) continue;
+                auto emit = [&](uint8_t kind, uint32_t rev, long value) {
+                    OutboxRow r = row(id++, w.key, w.start, rev, kind, std::to_string(value));
+                    r.pipeline = w.pipeline;
+                    batch.push_back(r);
+                };
+                long next = std::uniform_int_distribution<long>(1, 1000)(rng);
+                if (!w.fired) {
+                    emit(k_final, 0, next);
+                    w.fired = true;
+                } else if (w.pipeline == "u") {
+                    emit(k_update, ++w.revision, next);
+                } else {
+                    emit(k_retract, w.revision, w.value);
+                    if (std::uniform_int_distribution<int>(0, 9)(rng) == 0) {
+                        w.gone = true;
+                        continue;
+                    }
+                    emit(k_update, ++w.revision, next);
+                }
+                w.value = next;
+            }
+            batches.push_back(batch);
+        }
+
+        Consumer reference;
+        for (const auto& batch : batches)
+            for (const OutboxRow& r : batch)
+                reference.receive(r);
+
+        // The same stream through a compacting outbox with a forwarder that publishes some rows
+        // between batches (claiming them) and gets PUBACKs for some of those later.
+        TempDir tmp;
+        auto s = open_store(options(tmp.store()));
+        Consumer consumer;
+        std::vector<uint64_t> unacked;
+        uint64_t compacted = 0;
+        auto publish = [&](size_t limit) {
+            auto rows = s->outbox_peek(s->claimed_seq_next(), limit).value();
+            for (const OutboxRow& r : rows) {
+                consumer.receive(r);
+                unacked.push_back(r.seq);
+            }
+            if (!rows.empty()) s->set_claimed(rows.back().seq + 1);
+        };
+        for (const auto& batch : batches) {
+            compacted += append(*s, batch).compacted;
+            if (std::uniform_int_distribution<int>(0, 3)(rng) == 0)
+                publish(std::uniform_int_distribution<size_t>(0, 5)(rng));
+            if (!unacked.empty() && std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+                REQUIRE(s->outbox_delete(unacked));
+                unacked.clear();
+            }
+        }
+        publish(1 << 20);
+        CHECK(compacted > 0);
+        CHECK(consumer.values() == reference.values());
+        // The "r" consumer sums finals and updates minus retracts: that must not drift either.
+        for (const auto& [w, total] : reference.sum)
+            if (std::get<0>(w) == "r") CHECK(consumer.sum[w] == total);
+    }
+}
+
+TEST_CASE("side output is bounded by bytes, oldest dropped and counted", "[lmdb][side]") {
+    TempDir tmp;
+    auto o = options(tmp.store());
+    o.side_bytes_max = 5 * 108;
+    auto s = open_store(o);
+    for (int i = 0; i < 8; ++i) {
+        std::vector<std::string> recs{std::string(99, 'a') + std::to_string(i)};
+        REQUIRE(s->side_append(recs));
+    }
+    auto st = s->side_stats().value();
+    CHECK(st.rows == 5);
+    CHECK(st.dropped == 3);
+    CHECK(st.bytes == 5 * 108);
+    auto rows = s->side_peek(0, 100).value();
+    REQUIRE(rows.size() == 5);
+    CHECK(rows.front().record.back() == '3');
+    CHECK(rows.back().record.back() == '7');
+    std::vector<uint64_t> seqs{rows[0].seq, rows[1].seq};
+    REQUIRE(s->side_delete(seqs));
+    CHECK(s->side_stats()->rows == 3);
+    CHECK(s->side_stats()->bytes == 3 * 108);
+    CHECK(s->side_peek(rows[2].seq, 1)->front().record == rows[2].record);
+}

@@ -1,0 +1,171 @@
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "adapters/log/segment_files.h"
+#include "log_test_support.h"
+
+using namespace tidemark::log;
+using namespace tidemark::log::test;
+
+namespace {
+
+void flip_byte(const std::string& path, uint64_t at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(c ^ 0x5A));
+}
+
+std::vector<Owned> write_records(LogWriter& writer, size_t n) {
+    std::vector<Owned> out;
+    for (size_t i = 0; i < n; ++i) {
+        out.push_back(append(writer, RecordType::message, static_cast<int64_t>(i),
+                             "s/" + std::to_string(i), payload_of(i, 20 + i % 50)));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("reading from any record offset", "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path(), 400));
+    auto expected = write_records(*writer, 120);
+    auto reader = LogReader::open(tmp.path());
+    REQUIRE(reader.has_value());
+    for (size_t i = 0; i <= expected.size(); ++i) {
+        uint64_t at = i < expected.size() ? expected[i].offset : writer->end_offset();
+        REQUIRE((*reader)->seek(at).has_value());
+        std::vector<Owned> got;
+        Record rec;
+        while ((*reader)->next(rec).value())
+            got.push_back(own(rec));
+        REQUIRE(got == std::vector<Owned>(expected.begin() + static_cast<long>(i), expected.end()));
+    }
+    // Past the end: refused with both numbers.
+    auto past = (*reader)->seek(writer->end_offset() + 1);
+    REQUIRE_FALSE(past.has_value());
+    REQUIRE_THAT(past.error().message, Catch::Contains(std::to_string(writer->end_offset())));
+}
+
+TEST_CASE("a reader tails a writer: false at the end, then the new records", "[log]") {
+    TempDir tmp;
+    // A reader may be opened before the writer has created anything.
+    std::filesystem::create_directories(tmp.path());
+    auto reader = LogReader::open(tmp.path());
+    REQUIRE(reader.has_value());
+    Record rec;
+    REQUIRE_FALSE((*reader)->next(rec).value());
+
+    auto writer = open_writer(options_for(tmp.path(), 300));
+    std::vector<Owned> expected;
+    size_t seen = 0;
+    for (size_t round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < round % 4; ++i) {
+            expected.push_back(append(*writer, RecordType::message, static_cast<int64_t>(round),
+                                      "t", payload_of(expected.size(), 90)));
+        }
+        while ((*reader)->next(rec).value()) {
+            REQUIRE(seen < expected.size());
+            REQUIRE(own(rec) == expected[seen++]);
+        }
+        REQUIRE(seen == expected.size());
+        REQUIRE((*reader)->position() == writer->end_offset());
+    }
+    REQUIRE(list_segments(tmp.path())->size() > 5);  // the tail crossed rollovers
+}
+
+TEST_CASE("readers tail a writer appending in another thread", "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path(), 32 << 10));
+    constexpr size_t count = 20000;
+    std::thread appender([&] {
+        for (size_t i = 0; i < count; ++i) {
+            (void)writer->append(RecordType::message, static_cast<int64_t>(i), "t",
+                                 payload_of(i, 80));
+        }
+    });
+    for (bool bounded : {false, true}) {
+        auto reader = LogReader::open(tmp.path());
+        REQUIRE(reader.has_value());
+        size_t seen = 0;
+        Record rec;
+        while (seen < count) {
+            uint64_t bound = bounded ? writer->end_offset() : UINT64_MAX;
+            auto more = (*reader)->next(rec, bound);
+            INFO((more ? std::string() : more.error().message));
+            REQUIRE(more.has_value());
+            if (!*more) {
+                std::this_thread::yield();
+                continue;
+            }
+            REQUIRE(rec.ingest_ms == static_cast<int64_t>(seen));
+            REQUIRE(rec.payload == payload_of(seen, 80));
+            ++seen;
+        }
+    }
+    appender.join();
+}
+
+TEST_CASE("a damaged record in the middle of the log is an error naming segment and offset",
+          "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path(), 1000));
+    auto expected = write_records(*writer, 60);
+    writer.reset();
+    auto segments = list_segments(tmp.path()).value();
+    REQUIRE(segments.size() >= 3);
+
+    // One record in the first segment, one in the middle of the newest (data follows both).
+    for (size_t victim : {size_t{4}, expected.size() - 3}) {
+        TempDir copy;
+        std::filesystem::copy(tmp.path(), copy.sub("log"));
+        const Owned& bad = expected[victim];
+        auto seg = std::prev(
+            std::ranges::upper_bound(segments, bad.offset, {}, &SegmentFile::first_offset));
+        std::string path = segment_path(copy.sub("log"), seg->first_offset);
+        flip_byte(path, bad.offset - seg->first_offset + 20);
+
+        auto reader = LogReader::open(copy.sub("log"));
+        REQUIRE(reader.has_value());
+        Record rec;
+        size_t good = 0;
+        tidemark::Result<bool> more = true;
+        while ((more = (*reader)->next(rec)) && *more) {
+            REQUIRE(own(rec) == expected[good++]);
+        }
+        REQUIRE(good == victim);
+        REQUIRE_FALSE(more.has_value());
+        REQUIRE_THAT(more.error().message, Catch::Contains(path));
+        REQUIRE_THAT(more.error().message, Catch::Contains(std::to_string(bad.offset)));
+    }
+}
+
+TEST_CASE("a zero-filled tail reads as the end; an incomplete frame too", "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path()));
+    auto expected = write_records(*writer, 10);
+    writer.reset();
+    std::string path = segment_path(tmp.path(), 0);
+    auto size = std::filesystem::file_size(path);
+    {
+        std::ofstream out(path, std::ios::binary | std::ios::app);
+        out << std::string(4096, '\0');
+    }
+    REQUIRE(read_all(tmp.path()) == expected);
+    std::filesystem::resize_file(path, size);
+    {
+        std::ofstream out(path, std::ios::binary | std::ios::app);
+        out << std::string("\x40\x00\x00\x00\x11\x22", 6);  // header cut short
+    }
+    REQUIRE(read_all(tmp.path()) == expected);
+    // Told by the writer that the log ends further on, the same bytes are damage.
+    auto reader = LogReader::open(tmp.path()).value();
+    REQUIRE(reader->seek(expected.back().next_offset).has_value());
+    Record rec;
+    REQUIRE_FALSE(reader->next(rec, size + 100).has_value());
+}

@@ -1,0 +1,222 @@
+#include "core/quantile.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using tidemark::core::QuantileSketch;
+
+namespace {
+
+constexpr double relative_error = 0.01;
+
+// The value at sorted position floor(q * (n - 1)): the rank the sketch promises to answer for.
+double exact_quantile(std::vector<double> values, double q) {
+    std::sort(values.begin(), values.end());
+    return values[static_cast<size_t>(std::floor(q * static_cast<double>(values.size() - 1)))];
+}
+
+bool within_bound(double estimate, double exact, double a) {
+    // A hair of slack for the rounding of log() at bucket edges; |v| < 1e-9 counts as zero.
+    return std::fabs(estimate - exact) <= a * std::fabs(exact) * (1 + 1e-9) + 1e-9;
+}
+
+std::vector<double> draw(size_t n, uint32_t seed,
+                         const std::function<double(std::mt19937_64&)>& f) {
+    std::mt19937_64 rng(seed);
+    std::vector<double> values(n);
+    for (double& v : values)
+        v = f(rng);
+    return values;
+}
+
+QuantileSketch sketch_of(const std::vector<double>& values, double a = relative_error,
+                         uint32_t buckets_max = 1024) {
+    QuantileSketch sketch(a, buckets_max);
+    for (double v : values)
+        sketch.add(v);
+    return sketch;
+}
+
+}  // namespace
+
+TEST_CASE("quantiles are within the relative error bound", "[quantile]") {
+    struct Case {
+        const char* name;
+        std::vector<double> values;
+    };
+    const std::vector<Case> cases = {
+        {"uniform",
+         draw(50'000, 1,
+              [](auto& rng) { return std::uniform_real_distribution(0.0, 1000.0)(rng); })},
+        {"lognormal",
+         draw(50'000, 2, [](auto& rng) { return std::lognormal_distribution(0.0, 2.0)(rng); })},
+        {"negative",
+         draw(50'000, 3,
+              [](auto& rng) { return std::uniform_real_distribution(-1e4, -1.0)(rng); })},
+        // Signed readings at a sensor's 0.01 resolution, zero included.
+        {"mixed", draw(50'000, 4,
+                       [](auto& rng) {
+                           return std::round(std::normal_distribution(0.0, 100.0)(rng) * 100) / 100;
+                       })},
+        {"integers",
+         draw(50'000, 5,
+              [](auto& rng) { return double(std::uniform_int_distribution(-3, 3)(rng)); })},
+    };
+    for (const Case& c : cases) {
+        const QuantileSketch sketch = sketch_of(c.values);
+        CHECK(sketch.count() == c.values.size());
+        for (double q : {0.0, 0.5, 0.9, 0.99, 0.999, 1.0}) {
+            const double exact = exact_quantile(c.values, q);
+            const double estimate = sketch.quantile(q);
+            INFO(c.name << " q=" << q << " exact=" << exact << " estimate=" << estimate);
+            CHECK(within_bound(estimate, exact, relative_error));
+        }
+    }
+}
+
+TEST_CASE("a default sketch uses 1% error and 1024 buckets", "[quantile]") {
+    QuantileSketch by_default;
+    QuantileSketch explicit_sketch(0.01, 1024);
+    CHECK(by_default.empty());
+    CHECK(std::isnan(by_default.quantile(0.5)));
+    for (int i = -50; i <= 100; ++i) {
+        by_default.add(i * 3.7);
+        explicit_sketch.add(i * 3.7);
+    }
+    CHECK(by_default == explicit_sketch);
+    CHECK(within_bound(by_default.quantile(0.99),
+                       exact_quantile(
+                           [] {
+                               std::vector<double> v;
+                               for (int i = -50; i <= 100; ++i)
+                                   v.push_back(i * 3.7);
+                               return v;
+                           }(),
+                           0.99),
+                       0.01));
+}
+
+TEST_CASE("zero, tiny values, NaN and infinities", "[quantile]") {
+    QuantileSketch sketch;
+    sketch.add(0.0);
+    sketch.add(-0.0);
+    sketch.add(1e-12);
+    sketch.add(std::numeric_limits<double>::quiet_NaN());
+    CHECK(sketch.count() == 3);
+    CHECK(sketch.quantile(0.5) == 0.0);
+    sketch.add(std::numeric_limits<double>::infinity());
+    CHECK(std::isfinite(sketch.quantile(1.0)));
+    CHECK(sketch.quantile(1.0) > 1e307);
+}
+
+TEST_CASE("merging sketches equals adding everything to one", "[quantile]") {
+    for (uint32_t buckets_max : {1024u, 32u}) {
+        INFO("buckets_max " << buckets_max);
+        const auto values = draw(20'000, 7, [](auto& rng) {
+            const double v = std::lognormal_distribution(0.0, 3.0)(rng);
+            return std::bernoulli_distribution(0.3)(rng) ? -v : v;
+        });
+        const QuantileSketch all = sketch_of(values, relative_error, buckets_max);
+        // Four uneven parts, merged in several orders and shapes.
+        std::vector<QuantileSketch> parts(4, QuantileSketch(relative_error, buckets_max));
+        for (size_t i = 0; i < values.size(); ++i)
+            parts[(i * i) % 7 % 4].add(values[i]);
+
+        QuantileSketch left = parts[0];
+        for (size_t i = 1; i < 4; ++i)
+            left.merge(parts[i]);
+        QuantileSketch right = parts[3];
+        for (size_t i = 3; i-- > 0;)
+            right.merge(parts[i]);
+        QuantileSketch ab = parts[0], cd = parts[2];
+        ab.merge(parts[1]);
+        cd.merge(parts[3]);
+        cd.merge(ab);
+
+        CHECK(left == all);
+        CHECK(right == all);
+        CHECK(cd == all);
+        CHECK(left.count() == values.size());
+
+        // One sketch per value never collapses on add: merging them all gives the same state.
+        QuantileSketch singles(relative_error, buckets_max);
+        for (double v : values) {
+            QuantileSketch one(relative_error, buckets_max);
+            one.add(v);
+            singles.merge(one);
+        }
+        CHECK(singles == all);
+    }
+}
+
+TEST_CASE("the bucket bound holds and keeps high quantiles exact", "[quantile]") {
+    constexpr uint32_t buckets_max = 128;
+    // Spans about 440 buckets: the lowest are collapsed.
+    const auto values =
+        draw(100'000, 11, [](auto& rng) { return std::lognormal_distribution(0.0, 1.0)(rng); });
+    const QuantileSketch sketch = sketch_of(values, relative_error, buckets_max);
+    const size_t bucket_bytes = sizeof(std::pair<int32_t, uint64_t>);
+    CHECK(sketch.bytes() <= sizeof(QuantileSketch) + 2 * (buckets_max + 1) * bucket_bytes);
+    const QuantileSketch unbounded = sketch_of(values, relative_error, 100'000);
+    CHECK(unbounded.bytes() > sketch.bytes());
+    for (double q : {0.99, 0.999, 1.0}) {
+        INFO("q=" << q);
+        CHECK(within_bound(sketch.quantile(q), exact_quantile(values, q), relative_error));
+    }
+    // The collapsed low tail is reported as the lowest bucket kept: an overestimate.
+    CHECK(sketch.quantile(0.01) > exact_quantile(values, 0.01) * 1.5);
+    CHECK(sketch.quantile(0.0) == sketch.quantile(0.01));
+}
+
+TEST_CASE("negative values collapse from the most negative, keeping the top exact", "[quantile]") {
+    constexpr uint32_t buckets_max = 64;
+    const auto values =
+        draw(50'000, 12, [](auto& rng) { return -std::lognormal_distribution(0.0, 1.0)(rng); });
+    const QuantileSketch sketch = sketch_of(values, relative_error, buckets_max);
+    for (double q : {0.999, 1.0}) {
+        INFO("q=" << q);
+        CHECK(within_bound(sketch.quantile(q), exact_quantile(values, q), relative_error));
+    }
+    CHECK(sketch.quantile(0.0) > exact_quantile(values, 0.0) / 2);  // overestimated, not below
+}
+
+TEST_CASE("sketches encode and decode to an equal sketch", "[quantile]") {
+    const auto values =
+        draw(5'000, 13, [](auto& rng) { return std::normal_distribution(0.0, 50.0)(rng); });
+    for (uint32_t buckets_max : {1024u, 16u}) {
+        const QuantileSketch sketch = sketch_of(values, 0.02, buckets_max);
+        std::string encoded = "prefix";
+        sketch.encode(encoded);
+        encoded += "tail";
+        std::string_view in(encoded);
+        in.remove_prefix(6);
+        QuantileSketch decoded;
+        REQUIRE(decoded.decode(in));
+        CHECK(in == "tail");
+        CHECK(decoded == sketch);
+        CHECK(decoded.quantile(0.9) == sketch.quantile(0.9));
+
+        // Every truncation is refused, never read past.
+        const std::string whole = encoded.substr(6, encoded.size() - 10);
+        for (size_t n = 0; n < whole.size(); n += 7) {
+            std::string_view cut(whole.data(), n);
+            QuantileSketch damaged;
+            CHECK_FALSE(damaged.decode(cut));
+        }
+    }
+    // A count that disagrees with the buckets is damage.
+    QuantileSketch one;
+    one.add(5);
+    std::string encoded;
+    one.encode(encoded);
+    encoded[12] = 2;  // count_ low byte: after f64 relative_error and u32 buckets_max
+    std::string_view in(encoded);
+    QuantileSketch damaged;
+    CHECK_FALSE(damaged.decode(in));
+}
