@@ -127,13 +127,88 @@ AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions qua
     for (const AggregateSpec& spec : specs_) {
         TM_ASSERT(spec.field >= 0 || (spec.field == -1 && spec.fn == AggregateFn::count));
         offsets_.push_back(slots_);
+        AddOp op{AddKind::count_events, slots_, 0, 0};
         slots_ += info(spec.fn).slots;
         if (spec.fn == AggregateFn::quantile) {
             TM_ASSERT(spec.q >= 0 && spec.q <= 1);
+            op.sketch = static_cast<uint32_t>(sketches);
             sketch_of_.push_back(sketches++);
         } else {
             sketch_of_.push_back(-1);
         }
+        if (spec.field >= 0) {
+            op.field = static_cast<uint32_t>(spec.field);
+            switch (spec.fn) {
+                case AggregateFn::count:
+                    op.kind = AddKind::count;
+                    break;
+                case AggregateFn::sum:
+                    op.kind = AddKind::sum;
+                    break;
+                case AggregateFn::min:
+                    op.kind = AddKind::min;
+                    break;
+                case AggregateFn::max:
+                    op.kind = AddKind::max;
+                    break;
+                case AggregateFn::mean:
+                    op.kind = AddKind::mean;
+                    break;
+                case AggregateFn::first:
+                    op.kind = AddKind::first;
+                    break;
+                case AggregateFn::last:
+                    op.kind = AddKind::last;
+                    break;
+                case AggregateFn::variance:
+                case AggregateFn::stddev:
+                    op.kind = AddKind::moments;
+                    break;
+                case AggregateFn::quantile:
+                    op.kind = AddKind::quantile;
+                    break;
+            }
+        }
+        add_ops_.push_back(op);
+    }
+    simple_.usable = true;
+    bool field_seen = false;
+    for (const AddOp& op : add_ops_) {
+        int32_t* slot = nullptr;
+        switch (op.kind) {
+            case AddKind::count_events:
+                slot = &simple_.count_events;
+                break;
+            case AddKind::count:
+                slot = &simple_.count;
+                break;
+            case AddKind::sum:
+                slot = &simple_.sum;
+                break;
+            case AddKind::min:
+                slot = &simple_.min;
+                break;
+            case AddKind::max:
+                slot = &simple_.max;
+                break;
+            case AddKind::mean:
+                slot = &simple_.mean;
+                break;
+            default:
+                break;
+        }
+        if (!slot || *slot >= 0) {
+            simple_.usable = false;
+            break;
+        }
+        *slot = static_cast<int32_t>(op.slot);
+        if (op.kind == AddKind::count_events) continue;
+        if (field_seen && op.field != simple_.field) {
+            simple_.usable = false;
+            break;
+        }
+        field_seen = true;
+        simple_.field = op.field;
     }
 }
 
@@ -171,49 +246,67 @@ AggregateState AggregateSet::make() const {
 void AggregateSet::add(AggregateState& state, const double* fields, int64_t event_ms,
                        uint64_t order) const {
     TM_ASSERT(state.values.size() == slots_);
-    for (size_t i = 0; i < specs_.size(); ++i) {
-        const AggregateSpec& spec = specs_[i];
-        double* slot = state.values.data() + offsets_[i];
-        if (spec.field < 0) {  // count of events
+    double* const values = state.values.data();
+    if (simple_.usable) {
+        // The same updates as the loop below, in a fixed order that needs no dispatch.
+        if (simple_.count_events >= 0) values[simple_.count_events] += 1;
+        if (add_ops_.size() == (simple_.count_events >= 0 ? 1u : 0u)) return;
+        const double value = fields[simple_.field];
+        if (!std::isfinite(value)) return;
+        if (simple_.count >= 0) values[simple_.count] += 1;
+        if (simple_.sum >= 0) add_sum(values[simple_.sum], value);
+        if (simple_.min >= 0 && less_for_min(value, values[simple_.min]))
+            values[simple_.min] = value;
+        if (simple_.max >= 0 && greater_for_max(value, values[simple_.max]))
+            values[simple_.max] = value;
+        if (simple_.mean >= 0) {
+            values[simple_.mean] += 1;
+            values[simple_.mean + 1] += value;
+        }
+        return;
+    }
+    for (const AddOp& op : add_ops_) {
+        double* slot = values + op.slot;
+        if (op.kind == AddKind::count_events) {
             slot[0] += 1;
             continue;
         }
-        const double value = fields[spec.field];
+        const double value = fields[op.field];
         // Missing fields are NaN; infinities are skipped too, since they would poison sums and
         // moments for the rest of the window and JSON cannot carry them.
         if (!std::isfinite(value)) continue;
-        switch (spec.fn) {
-            case AggregateFn::count:
+        switch (op.kind) {
+            case AddKind::count_events:
+            case AddKind::count:
                 slot[0] += 1;
                 break;
-            case AggregateFn::sum:
+            case AddKind::sum:
                 add_sum(slot[0], value);
                 break;
-            case AggregateFn::min:
+            case AddKind::min:
                 if (less_for_min(value, slot[0])) slot[0] = value;
                 break;
-            case AggregateFn::max:
+            case AddKind::max:
                 if (greater_for_max(value, slot[0])) slot[0] = value;
                 break;
-            case AggregateFn::mean:
+            case AddKind::mean:
                 slot[0] += 1;
                 slot[1] += value;
                 break;
-            case AggregateFn::first:
-            case AggregateFn::last: {
+            case AddKind::first:
+            case AddKind::last: {
                 const double candidate[3] = {static_cast<double>(event_ms),
                                              static_cast<double>(order), value};
-                const bool replace = spec.fn == AggregateFn::first ? earlier(candidate, slot)
-                                                                   : earlier(slot, candidate);
+                const bool replace =
+                    op.kind == AddKind::first ? earlier(candidate, slot) : earlier(slot, candidate);
                 if (replace) copy3(slot, candidate);
                 break;
             }
-            case AggregateFn::variance:
-            case AggregateFn::stddev:
+            case AddKind::moments:
                 add_moments(slot, value);
                 break;
-            case AggregateFn::quantile:
-                state.sketches[static_cast<size_t>(sketch_of_[i])].add(value);
+            case AddKind::quantile:
+                state.sketches[op.sketch].add(value);
                 break;
         }
     }

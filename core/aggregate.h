@@ -71,6 +71,35 @@ class AggregateSet {
     bool decode(std::string_view& in, AggregateState& state) const;
 
   private:
+    // add() runs for every event: it walks this compact list, built once from specs_, instead
+    // of the specs themselves.
+    enum class AddKind : uint8_t {
+        count_events,
+        count,
+        sum,
+        min,
+        max,
+        mean,
+        first,
+        last,
+        moments,
+        quantile
+    };
+    struct AddOp {
+        AddKind kind;
+        uint32_t slot;    // first slot in `values`
+        uint32_t field;   // index into the fields (unused by count_events)
+        uint32_t sketch;  // index in `sketches` (quantile only)
+    };
+    std::vector<AddOp> add_ops_;
+    // The common case, every aggregate one of count/sum/min/max/mean over one field (at most
+    // one of each): add() is then a few straight-line updates. -1 marks an absent aggregate.
+    struct SimplePlan {
+        bool usable = false;
+        uint32_t field = 0;
+        int32_t count_events = -1, count = -1, sum = -1, min = -1, max = -1, mean = -1;
+    };
+    SimplePlan simple_;
     std::vector<AggregateSpec> specs_;
     std::vector<uint32_t> offsets_;   // first slot in `values` of each spec
     std::vector<int32_t> sketch_of_;  // index in `sketches` of each spec, -1 when none

@@ -1,13 +1,13 @@
 #include "core/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "core/bytes.h"
@@ -28,15 +28,152 @@ int64_t floor_div(int64_t a, int64_t b) {
 int64_t floor_to(int64_t t, int64_t step, int64_t offset) {
     return floor_div(t - offset, step) * step + offset;
 }
-int64_t sat_add(int64_t a, int64_t b) {
-    if (b > 0 && a > time_max - b) return time_max;
-    if (b < 0 && a < time_min - b) return time_min;
-    return a + b;
+// The per-event path calls these small helpers several times per event; -O2 does not always
+// inline them on its own.
+#define TM_HOT inline __attribute__((always_inline))
+
+TM_HOT int64_t sat_add(int64_t a, int64_t b) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? time_max : time_min;
+    return sum;
 }
 
-struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+// Keys and partition names are short (device ids, topics): read them 8 bytes at a time with
+// overlapping loads instead of a byte loop, and compare them the same way before memcmp.
+TM_HOT uint64_t load_u64(const char* p) {
+    uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+TM_HOT uint64_t load_u32(const char* p) {
+    uint32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+__extension__ using uint128 = unsigned __int128;
+
+// The 64x64->128 multiply-and-fold of wyhash: one multiply mixes two words.
+TM_HOT uint64_t mum(uint64_t a, uint64_t b) {
+    const uint128 r = static_cast<uint128>(a) * b;
+    return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+}
+
+TM_HOT uint64_t hash_name(std::string_view s) {
+    constexpr uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL,
+                       k2 = 0x8ebc6af09c88c6e3ULL;
+    const char* p = s.data();
+    const size_t n = s.size();
+    uint64_t seed = k0 ^ n;
+    uint64_t a = 0, b = 0;
+    if (n > 16) {
+        size_t i = 0;
+        for (; n - i > 16; i += 16)
+            seed = mum(load_u64(p + i) ^ k1, load_u64(p + i + 8) ^ seed);
+        a = load_u64(p + n - 16);
+        b = load_u64(p + n - 8);
+    } else if (n >= 8) {
+        a = load_u64(p);
+        b = load_u64(p + n - 8);
+    } else if (n >= 4) {
+        a = load_u32(p);
+        b = load_u32(p + n - 4);
+    } else if (n > 0) {
+        const auto byte = [&](size_t i) {
+            return static_cast<uint64_t>(static_cast<uint8_t>(p[i]));
+        };
+        a = (byte(0) << 16) | (byte(n / 2) << 8) | byte(n - 1);
+    }
+    return mum(k1 ^ n, mum(a ^ k1, b ^ seed ^ k2));
+}
+
+TM_HOT bool same_name(std::string_view a, std::string_view b) {
+    const size_t n = a.size();
+    if (n != b.size()) return false;
+    if (n >= 8 && n <= 16)
+        return load_u64(a.data()) == load_u64(b.data()) &&
+               load_u64(a.data() + n - 8) == load_u64(b.data() + n - 8);
+    return std::memcmp(a.data(), b.data(), n) == 0;
+}
+
+// The keys or partitions of one pipeline by name: open addressing with linear probing over
+// (hash, pointer), so a lookup is one probe of a flat array and, on a hash match, one compare.
+// Erasing shifts the following entries back, so no tombstones accumulate.
+// Limits: at most half full (it doubles); holds what the pipeline bounds by keys_max. The
+// table does not own the items. Its order is arbitrary: nothing that reaches output may
+// depend on it.
+template <class T>
+class NameTable {
+  public:
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+
+    TM_HOT T* find(std::string_view name, uint64_t hash) const {
+        if (slots_.empty()) return nullptr;
+        for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+            const Slot& s = slots_[i];
+            if (!s.item) return nullptr;
+            if (s.hash == hash && same_name(name_of(*s.item), name)) return s.item;
+        }
+    }
+
+    // `item->name` must not be in the table yet.
+    void insert(T* item, uint64_t hash) {
+        if (2 * (size_ + 1) > slots_.size()) grow();
+        size_t i = hash & mask_;
+        while (slots_[i].item)
+            i = (i + 1) & mask_;
+        slots_[i] = {hash, item};
+        ++size_;
+    }
+
+    void erase(std::string_view name, uint64_t hash) {
+        TM_ASSERT(!slots_.empty());
+        size_t i = hash & mask_;
+        while (!(slots_[i].hash == hash && same_name(name_of(*slots_[i].item), name))) {
+            TM_ASSERT(slots_[i].item != nullptr);
+            i = (i + 1) & mask_;
+        }
+        // Backward shift: move up every following entry whose home is at or before the hole.
+        for (size_t j = (i + 1) & mask_; slots_[j].item; j = (j + 1) & mask_) {
+            const size_t home = slots_[j].hash & mask_;
+            if (((j - home) & mask_) >= ((j - i) & mask_)) {
+                slots_[i] = slots_[j];
+                i = j;
+            }
+        }
+        slots_[i] = {};
+        --size_;
+    }
+
+    template <class F>
+    void for_each(F&& f) const {
+        for (const Slot& s : slots_)
+            if (s.item) f(*s.item);
+    }
+
+  private:
+    struct Slot {
+        uint64_t hash = 0;
+        T* item = nullptr;
+    };
+
+    void grow() {
+        std::vector<Slot> old = std::move(slots_);
+        slots_.assign(std::max<size_t>(16, 2 * old.size()), Slot{});
+        mask_ = slots_.size() - 1;
+        for (const Slot& s : old) {
+            if (!s.item) continue;
+            size_t i = s.hash & mask_;
+            while (slots_[i].item)
+                i = (i + 1) & mask_;
+            slots_[i] = s;
+        }
+    }
+
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    size_t size_ = 0;
 };
 
 using Values = std::vector<std::optional<double>>;
@@ -125,6 +262,13 @@ struct KeyState {
     int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
     bool dirty = false;
 };
+
+std::string_view name_of(const KeyState& k) {
+    return k.key;
+}
+std::string_view name_of(const Partition& p) {
+    return p.name;
+}
 
 bool TimerLess::operator()(const std::pair<int64_t, KeyState*>& a,
                            const std::pair<int64_t, KeyState*>& b) const {
@@ -242,7 +386,7 @@ class Pipeline {
             key = composite_;
         }
         KeyState* k = find_key(key);
-        Partition* p = (k && k->partition && k->partition->name == part_name)
+        Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
                            ? k->partition
                            : find_partition(part_name);
         if (!p) {
@@ -304,8 +448,7 @@ class Pipeline {
         std::string value;
         if (!tracking_) {
             // First checkpoint: everything that exists.
-            for (auto& [name, k] : keys_)
-                write_key(w, *k, true, value);
+            keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
             for (Partition* p : partition_list_)
                 write_partition(w, *p, value);
             tracking_ = true;
@@ -313,9 +456,8 @@ class Pipeline {
             for (const std::string& key : erased_)
                 w.erase(key);
             for (const std::string& name : dirty_keys_) {
-                auto it = keys_.find(name);
-                if (it == keys_.end()) continue;
-                write_key(w, *it->second, false, value);
+                KeyState* k = find_key(name);
+                if (k) write_key(w, *k, false, value);
             }
             for (Partition* p : dirty_partitions_)
                 write_partition(w, *p, value);
@@ -339,12 +481,7 @@ class Pipeline {
             std::string_view key;
             if (!bytes::get_str(rest, key) || rest.empty()) return fail("damaged key record");
             KeyState* k = find_key(key);
-            if (!k) {
-                auto owned = std::make_unique<KeyState>();
-                owned->key = std::string(key);
-                k = owned.get();
-                keys_.emplace(owned->key, std::move(owned));
-            }
+            if (!k) k = create_key(key, nullptr, global_);
             const char sub = rest[0];
             rest.remove_prefix(1);
             if (sub == 'm') return read_key_meta(*k, value);
@@ -377,7 +514,9 @@ class Pipeline {
             if (!scope_partition_)
                 tree_set(p->index, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
         }
-        for (auto& [name, k] : keys_) {
+        std::vector<KeyState*> keys;
+        keys_.for_each([&](KeyState& k) { keys.push_back(&k); });
+        for (KeyState* k : keys) {
             if (!k->partition) return fail("key record without its partition");
             k->domain = scope_partition_ ? k->partition->domain.get() : &global_;
             units_total_ += k->units.size();
@@ -394,9 +533,8 @@ class Pipeline {
   private:
     // --- partitions and watermarks -----------------------------------------------------------
 
-    Partition* find_partition(std::string_view name) {
-        auto it = partitions_.find(name);
-        return it == partitions_.end() ? nullptr : it->second.get();
+    Partition* find_partition(std::string_view name) const {
+        return partitions_.find(name, hash_name(name));
     }
 
     Partition* create_partition(std::string_view name) {
@@ -405,7 +543,8 @@ class Pipeline {
         owned->index = static_cast<uint32_t>(partition_list_.size());
         if (scope_partition_) owned->domain = std::make_unique<Domain>();
         Partition* p = owned.get();
-        partitions_.emplace(owned->name, std::move(owned));
+        partitions_.insert(p, hash_name(p->name));
+        partition_owner_.push_back(std::move(owned));
         partition_list_.push_back(p);
         if (!scope_partition_) tree_set(p->index, time_max);
         return p;
@@ -416,10 +555,11 @@ class Pipeline {
         if (p->idle) {
             p->idle = false;
             ++active_;
-        } else {
+            list_back(p);
+        } else if (p != active_tail_) {  // already the most recently active: nothing moves
             unlist(p);
+            list_back(p);
         }
-        list_back(p);
         p->last_ingest_ms = ingest_ms;
         const bool raised = event_ms > p->max_event_ms;
         if (raised) p->max_event_ms = event_ms;
@@ -463,19 +603,8 @@ class Pipeline {
     // tournament tree, so an update costs O(log partitions) and usually stops after a level.
     int64_t tree_leaf(uint32_t index) const { return tree_[tree_capacity_ + index]; }
 
-    void tree_set(uint32_t index, int64_t value) {
-        if (index >= tree_capacity_) {
-            size_t capacity = std::max<size_t>(16, tree_capacity_);
-            while (capacity <= index)
-                capacity *= 2;
-            std::vector<int64_t> grown(2 * capacity, time_max);
-            for (size_t i = 0; i < tree_capacity_; ++i)
-                grown[capacity + i] = tree_[tree_capacity_ + i];
-            for (size_t i = capacity - 1; i >= 1; --i)
-                grown[i] = std::min(grown[2 * i], grown[2 * i + 1]);
-            tree_ = std::move(grown);
-            tree_capacity_ = capacity;
-        }
+    TM_HOT void tree_set(uint32_t index, int64_t value) {
+        if (index >= tree_capacity_) tree_grow(index);
         size_t i = tree_capacity_ + index;
         tree_[i] = value;
         for (i /= 2; i >= 1; i /= 2) {
@@ -483,6 +612,19 @@ class Pipeline {
             if (tree_[i] == m) break;
             tree_[i] = m;
         }
+    }
+
+    void tree_grow(uint32_t index) {
+        size_t capacity = std::max<size_t>(16, tree_capacity_);
+        while (capacity <= index)
+            capacity *= 2;
+        std::vector<int64_t> grown(2 * capacity, time_max);
+        for (size_t i = 0; i < tree_capacity_; ++i)
+            grown[capacity + i] = tree_[tree_capacity_ + i];
+        for (size_t i = capacity - 1; i >= 1; --i)
+            grown[i] = std::min(grown[2 * i], grown[2 * i + 1]);
+        tree_ = std::move(grown);
+        tree_capacity_ = capacity;
     }
 
     static int64_t idle_watermark(const Domain& d, int64_t now_ms) {
@@ -511,18 +653,23 @@ class Pipeline {
 
     // --- keys and timers ---------------------------------------------------------------------
 
-    KeyState* find_key(std::string_view key) {
-        auto it = keys_.find(key);
-        return it == keys_.end() ? nullptr : it->second.get();
+    TM_HOT KeyState* find_key(std::string_view key) const {
+        return keys_.find(key, hash_name(key));
     }
 
     KeyState* create_key(std::string_view key, Partition* p, Domain& d) {
-        auto owned = std::make_unique<KeyState>();
-        owned->key = std::string(key);
-        owned->partition = p;
-        owned->domain = &d;
-        KeyState* k = owned.get();
-        keys_.emplace(owned->key, std::move(owned));
+        KeyState* k;
+        if (!free_keys_.empty()) {
+            k = free_keys_.back();
+            free_keys_.pop_back();
+        } else {
+            key_pool_.push_back(std::make_unique<KeyState>());
+            k = key_pool_.back().get();
+        }
+        k->key.assign(key);
+        k->partition = p;
+        k->domain = &d;
+        keys_.insert(k, hash_name(key));
         return k;
     }
 
@@ -530,7 +677,14 @@ class Pipeline {
         TM_ASSERT(k->units.empty() && k->fired.empty());
         if (k->due_ms != time_max) k->domain->timers.erase({k->due_ms, k});
         if (tracking_) erased_.push_back(meta_key(k->key));
-        keys_.erase(k->key);
+        keys_.erase(k->key, hash_name(k->key));
+        // Back to a fresh key's state, keeping the capacity of its vectors.
+        k->partition = nullptr;
+        k->domain = nullptr;
+        k->fired_through_ms = time_min;
+        k->due_ms = time_max;
+        k->dirty = false;
+        free_keys_.push_back(k);
     }
 
     void mark_dirty(KeyState& k) {
@@ -558,7 +712,11 @@ class Pipeline {
             schedule_idle(k.partition);
     }
 
-    void fire_due(Domain& d, EmissionSink& sink) {
+    TM_HOT void fire_due(Domain& d, EmissionSink& sink) {
+        if (!d.timers.empty() && d.timers.begin()->first <= d.watermark) fire_due_slow(d, sink);
+    }
+
+    void fire_due_slow(Domain& d, EmissionSink& sink) {
         while (!d.timers.empty()) {
             auto it = d.timers.begin();
             if (it->first > d.watermark) break;
@@ -734,10 +892,26 @@ class Pipeline {
         mark_dirty(k);
     }
 
+    // The window starts of slice [s, s + slice_ms): as last_window_start / first_window_start of
+    // any t in it, since advance and size are multiples of the slice. Without a division when
+    // the slice is as long as the advance (every tumbling and most hopping windows).
+    int64_t slice_last_window_start(int64_t s) const {
+        return advance_ms_ == slice_ms_ ? s : floor_to(s, advance_ms_, offset_ms_);
+    }
+    int64_t slice_first_window_start(int64_t s) const {
+        return advance_ms_ == slice_ms_
+                   ? s - size_ms_ + advance_ms_
+                   : floor_to(s - size_ms_, advance_ms_, offset_ms_) + advance_ms_;
+    }
+
     void slice_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
                      const Event& event, EmissionSink& sink) {
         const int64_t wm = d.watermark;
-        const int64_t last_start = last_window_start(t);
+        // Most events land in the key's newest slice: then its bounds give the slice start.
+        Unit* newest = k && !k->units.empty() ? &k->units.back() : nullptr;
+        const bool in_newest = newest && t >= newest->start && t < newest->end;
+        const int64_t s = in_newest ? newest->start : slice_start(t);
+        const int64_t last_start = slice_last_window_start(s);
         if (wm != time_min && sat_add(last_start + size_ms_, lateness_ms_) <= wm) {
             too_late(sink, key, event, t, last_start, last_start + size_ms_, wm);
             return;
@@ -750,33 +924,33 @@ class Pipeline {
             k = create_key(key, p, d);
         }
         if (!scope_partition_) k->partition = p;
-        const int64_t s = slice_start(t);
-        // Most events land in the newest slice: search from the back.
-        auto it = k->units.end();
-        while (it != k->units.begin() && std::prev(it)->start > s)
-            --it;
-        Unit* unit;
+        Unit* unit = in_newest ? newest : nullptr;
         bool created = false;
-        if (it != k->units.begin() && std::prev(it)->start == s) {
-            unit = &*std::prev(it);
-        } else {
-            if (units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
-                ++stats_.windows_refused;
-                if (k->units.empty() && k->fired.empty()) remove_key(k);
-                return;
+        if (!unit) {
+            auto it = k->units.end();
+            while (it != k->units.begin() && std::prev(it)->start > s)
+                --it;
+            if (it != k->units.begin() && std::prev(it)->start == s) {
+                unit = &*std::prev(it);
+            } else {
+                if (units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
+                    ++stats_.windows_refused;
+                    if (k->units.empty() && k->fired.empty()) remove_key(k);
+                    return;
+                }
+                Unit u;
+                u.start = s;
+                u.end = s + slice_ms_;
+                u.state = fresh_;
+                unit = &*k->units.insert(it, std::move(u));
+                ++units_total_;
+                created = true;
             }
-            Unit u;
-            u.start = s;
-            u.end = s + slice_ms_;
-            u.state = fresh_;
-            unit = &*k->units.insert(it, std::move(u));
-            ++units_total_;
-            created = true;
         }
         aggs_.add(unit->state, event.fields.data(), t, event.order);
         unit->dirty = true;
         mark_dirty(*k);
-        const bool late = wm != time_min && first_window_start(t) + size_ms_ <= wm;
+        const bool late = wm != time_min && slice_first_window_start(s) + size_ms_ <= wm;
         if (late) {
             if (refire_late(*k, t, wm, d, sink)) ++stats_.late_updated;
             k->fired_through_ms = std::max(k->fired_through_ms, wm);
@@ -1166,9 +1340,13 @@ class Pipeline {
     int64_t size_ms_ = 0, offset_ms_ = 0, advance_ms_ = 0, slice_ms_ = 0;
     size_t unit_bytes_ = 0;
 
-    std::unordered_map<std::string, std::unique_ptr<KeyState>, StringHash, std::equal_to<>> keys_;
-    std::unordered_map<std::string, std::unique_ptr<Partition>, StringHash, std::equal_to<>>
-        partitions_;
+    NameTable<KeyState> keys_;
+    // Every KeyState allocated, live or free: a removed key's state (and the capacity of its
+    // vectors) is reused by the next new key. Bounded by the most keys live at once (keys_max).
+    std::vector<std::unique_ptr<KeyState>> key_pool_;
+    std::vector<KeyState*> free_keys_;
+    NameTable<Partition> partitions_;
+    std::vector<std::unique_ptr<Partition>> partition_owner_;
     std::vector<Partition*> partition_list_;  // by index
     Domain global_;
     Partition* active_head_ = nullptr;

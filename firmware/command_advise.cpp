@@ -1,11 +1,500 @@
-// Placeholder until the command lands.
+// tidemark advise: lag quantiles from the retained log, and what each watermark delay would cost.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
+#include <sstream>
+#include <unordered_map>
 
+#include "adapters/codec/decoder.h"
+#include "adapters/log/log_reader.h"
+#include "core/duration.h"
+#include "core/quantile.h"
+#include "firmware/advise.h"
 #include "firmware/commands.h"
 
 namespace tidemark::firmware {
-int advise_command(const AdviseOptions&) {
-    std::cerr << "tidemark advise: not implemented yet\n";
-    return 3;
+
+namespace {
+
+constexpr double quantiles_reported[] = {0.5, 0.9, 0.99, 0.999, 0.9999};
+constexpr int64_t fixed_delays_ms[] = {0,      1'000,   2'000,   5'000,   10'000,    30'000,
+                                       60'000, 120'000, 300'000, 600'000, 1'800'000, 3'600'000};
+// Upper edges of the histogram's log-scale buckets (1-2-5 steps), after one bucket for negative
+// lag; the last bucket is open above.
+constexpr int64_t bucket_edges_ms[] = {1,         2,         5,         10,        20,      50,
+                                       100,       200,       500,       1'000,     2'000,   5'000,
+                                       10'000,    20'000,    50'000,    100'000,   200'000, 500'000,
+                                       1'000'000, 2'000'000, 5'000'000, 10'000'000};
+constexpr size_t bucket_count = 1 + std::size(bucket_edges_ms) + 1;
+// Per-partition sketches are only listed, so they are coarser than the pipeline's.
+constexpr uint32_t partition_sketch_buckets_max = 256;
+constexpr uint32_t sketch_buckets_max = 4096;
+
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+        return std::hash<std::string_view>{}(s);
+    }
+};
+
+struct Partition {
+    int64_t newest_event_ms = 0;
+    int64_t disorder_max_ms = 0;
+    uint64_t events = 0;
+    core::QuantileSketch lag{advise_sketch_relative_error, partition_sketch_buckets_max};
+};
+
+size_t bucket_of(int64_t lag_ms) {
+    if (lag_ms < 0) return 0;
+    const auto* it =
+        std::upper_bound(std::begin(bucket_edges_ms), std::end(bucket_edges_ms), lag_ms);
+    return 1 + static_cast<size_t>(it - std::begin(bucket_edges_ms));
 }
+
+std::string quantile_name(double q) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "p%g", q * 100);
+    return buf;
+}
+
+double percent(uint64_t part, uint64_t whole) {
+    return whole == 0 ? 100.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
+
+struct LagAdvisor::Impl {
+    core::PipelineSpec spec;
+    double target_percent;
+    AdviseLimits limits;
+    core::QuantileSketch lag{advise_sketch_relative_error, sketch_buckets_max};
+    std::unordered_map<std::string, Partition, StringHash, std::equal_to<>> partitions;
+    uint64_t events = 0;
+    uint64_t events_tracked = 0;
+    uint64_t events_untracked = 0;
+    int64_t lag_min_ms = INT64_MAX;
+    int64_t lag_max_ms = INT64_MIN;
+    std::array<uint64_t, bucket_count> buckets{};
+    std::array<uint64_t, std::size(fixed_delays_ms)> fixed_late{};
+    // Disorders > 0 of the events fed, while they fit in disorder_values_max.
+    std::vector<int64_t> disorders;
+    bool disorders_overflowed = false;
+    // Second pass: the quantile candidates, their late counts, and fresh partition maxima.
+    bool second_pass = false;
+    std::vector<int64_t> second_delays_ms;
+    std::vector<uint64_t> second_late;
+    std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> second_newest_ms;
+
+    // The exact extremes bound the sketch's answer, which may overshoot them by its error.
+    double lag_quantile(double q) const {
+        return std::clamp(lag.quantile(q), static_cast<double>(lag_min_ms),
+                          static_cast<double>(lag_max_ms));
+    }
+
+    // The lag quantiles as candidate delays: rounded up to whole ms, non-negative, not already
+    // in the fixed list.
+    std::vector<int64_t> quantile_delays() const {
+        std::vector<int64_t> out;
+        if (lag.empty()) return out;
+        for (double q : quantiles_reported) {
+            const double v = lag_quantile(q);
+            if (!(v >= 0)) continue;
+            const auto d = static_cast<int64_t>(std::ceil(v));
+            if (std::find(std::begin(fixed_delays_ms), std::end(fixed_delays_ms), d) !=
+                    std::end(fixed_delays_ms) ||
+                std::find(out.begin(), out.end(), d) != out.end())
+                continue;
+            out.push_back(d);
+        }
+        return out;
+    }
+
+    // Returns the event's disorder, or -1 for an event of a partition that is not tracked.
+    static int64_t disorder_of(int64_t& newest_ms, bool first, int64_t event_ms) {
+        if (first || event_ms >= newest_ms) {
+            newest_ms = event_ms;
+            return 0;
+        }
+        return newest_ms - event_ms;
+    }
+};
+
+LagAdvisor::LagAdvisor(core::PipelineSpec spec, double target_percent, AdviseLimits limits)
+    : impl_(std::make_unique<Impl>()) {
+    TM_ASSERT(target_percent > 0 && target_percent <= 100);
+    impl_->spec = std::move(spec);
+    impl_->target_percent = target_percent;
+    impl_->limits = limits;
+}
+
+LagAdvisor::~LagAdvisor() = default;
+
+void LagAdvisor::add(std::string_view partition_name, int64_t event_ms, int64_t ingest_ms) {
+    Impl& m = *impl_;
+    TM_ASSERT(!m.second_pass);
+    ++m.events;
+    const int64_t lag_ms = ingest_ms - event_ms;
+    m.lag.add(static_cast<double>(lag_ms));
+    m.lag_min_ms = std::min(m.lag_min_ms, lag_ms);
+    m.lag_max_ms = std::max(m.lag_max_ms, lag_ms);
+    ++m.buckets[bucket_of(lag_ms)];
+
+    auto it = m.partitions.find(partition_name);
+    bool first = false;
+    if (it == m.partitions.end()) {
+        if (m.partitions.size() >= m.limits.partitions_max) {
+            ++m.events_untracked;
+            return;
+        }
+        it = m.partitions.emplace(std::string(partition_name), Partition{}).first;
+        first = true;
+    }
+    Partition& p = it->second;
+    ++p.events;
+    p.lag.add(static_cast<double>(lag_ms));
+    ++m.events_tracked;
+    const int64_t disorder_ms = Impl::disorder_of(p.newest_event_ms, first, event_ms);
+    if (disorder_ms == 0) return;
+    p.disorder_max_ms = std::max(p.disorder_max_ms, disorder_ms);
+    for (size_t i = 0; i < std::size(fixed_delays_ms); ++i)
+        if (disorder_ms > fixed_delays_ms[i]) ++m.fixed_late[i];
+    if (m.disorders.size() < m.limits.disorder_values_max)
+        m.disorders.push_back(disorder_ms);
+    else
+        m.disorders_overflowed = true;
+}
+
+bool LagAdvisor::needs_second_pass() const {
+    return impl_->disorders_overflowed && !impl_->second_pass;
+}
+
+void LagAdvisor::begin_second_pass() {
+    Impl& m = *impl_;
+    TM_ASSERT(!m.second_pass);
+    m.second_pass = true;
+    m.disorders.clear();
+    m.disorders.shrink_to_fit();
+    m.second_delays_ms = m.quantile_delays();
+    m.second_late.assign(m.second_delays_ms.size(), 0);
+}
+
+void LagAdvisor::add_again(std::string_view partition_name, int64_t event_ms) {
+    Impl& m = *impl_;
+    TM_ASSERT(m.second_pass);
+    // Only the partitions tracked in the first pass count, so both passes see the same events.
+    if (!m.partitions.contains(partition_name)) return;
+    auto it = m.second_newest_ms.find(partition_name);
+    const bool first = it == m.second_newest_ms.end();
+    if (first) it = m.second_newest_ms.emplace(std::string(partition_name), event_ms).first;
+    const int64_t disorder_ms = Impl::disorder_of(it->second, first, event_ms);
+    for (size_t i = 0; i < m.second_delays_ms.size(); ++i)
+        if (disorder_ms > m.second_delays_ms[i]) ++m.second_late[i];
+}
+
+AdviseReport LagAdvisor::report() const {
+    const Impl& m = *impl_;
+    TM_ASSERT(!needs_second_pass());
+    AdviseReport r;
+    r.pipeline = m.spec.name;
+    r.target_percent = m.target_percent;
+    r.events = m.events;
+    r.events_untracked = m.events_untracked;
+    r.partitions = m.partitions.size();
+    r.second_pass = m.second_pass;
+    if (m.events == 0) return r;
+    r.lag_min_ms = m.lag_min_ms;
+    r.lag_max_ms = m.lag_max_ms;
+    for (double q : quantiles_reported)
+        r.quantiles.push_back({q, m.lag_quantile(q)});
+
+    std::vector<PartitionLag> parts;
+    parts.reserve(m.partitions.size());
+    for (const auto& [name, p] : m.partitions)
+        parts.push_back(
+            {name, p.events, p.lag.quantile(0.5), p.lag.quantile(0.99), p.disorder_max_ms});
+    const size_t listed = std::min(parts.size(), m.limits.partitions_listed_max);
+    std::partial_sort(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(listed),
+                      parts.end(), [](const PartitionLag& a, const PartitionLag& b) {
+                          if (a.p99_ms != b.p99_ms) return a.p99_ms > b.p99_ms;
+                          return a.partition < b.partition;
+                      });
+    parts.resize(listed);
+    r.partitions_worst = std::move(parts);
+
+    for (size_t i = 0; i < bucket_count; ++i) {
+        LagBucket b;
+        b.lower_ms =
+            i == 0 ? std::min<int64_t>(m.lag_min_ms, 0) : (i == 1 ? 0 : bucket_edges_ms[i - 2]);
+        b.upper_ms =
+            i == 0 ? 0 : (i - 1 < std::size(bucket_edges_ms) ? bucket_edges_ms[i - 1] : INT64_MAX);
+        b.count = m.buckets[i];
+        r.histogram.push_back(b);
+    }
+
+    auto candidate = [&](int64_t delay_ms, std::string origin, uint64_t late) {
+        DelayCandidate c;
+        c.delay_ms = delay_ms;
+        c.origin = std::move(origin);
+        c.late_events = late;
+        c.on_time_percent = percent(m.events_tracked - late, m.events_tracked);
+        c.added_latency_ms = delay_ms;
+        core::PipelineSpec spec = m.spec;
+        spec.watermark.delay_ms = delay_ms;
+        c.windows_per_key = core::windows_per_key_estimate(spec);
+        r.candidates.push_back(std::move(c));
+    };
+    for (size_t i = 0; i < std::size(fixed_delays_ms); ++i)
+        candidate(fixed_delays_ms[i], "", m.fixed_late[i]);
+    const std::vector<int64_t> qdelays = m.second_pass ? m.second_delays_ms : m.quantile_delays();
+    std::vector<int64_t> sorted = m.disorders;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < qdelays.size(); ++i) {
+        uint64_t late = 0;
+        if (m.second_pass)
+            late = m.second_late[i];
+        else
+            late = static_cast<uint64_t>(
+                sorted.end() - std::upper_bound(sorted.begin(), sorted.end(), qdelays[i]));
+        std::string origin;
+        for (double q : quantiles_reported)
+            if (m.lag_quantile(q) >= 0 &&
+                static_cast<int64_t>(std::ceil(m.lag_quantile(q))) == qdelays[i]) {
+                origin = quantile_name(q) + " lag";
+                break;
+            }
+        candidate(qdelays[i], origin, late);
+    }
+    std::sort(
+        r.candidates.begin(), r.candidates.end(),
+        [](const DelayCandidate& a, const DelayCandidate& b) { return a.delay_ms < b.delay_ms; });
+    // On time means not late: compare counts, not rounded percentages.
+    const double late_allowed =
+        (100.0 - m.target_percent) / 100.0 * static_cast<double>(m.events_tracked);
+    for (size_t i = 0; i < r.candidates.size(); ++i)
+        if (static_cast<double>(r.candidates[i].late_events) <= late_allowed + 1e-9) {
+            r.recommended = i;
+            break;
+        }
+    return r;
+}
+
+Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const std::string& log_dir,
+                                double target_percent, const AdviseLimits& limits) {
+    LagAdvisor advisor(pipeline.spec, target_percent, limits);
+    codec::Decoder decoder(pipeline);
+    codec::DecodedEvent decoded;
+    uint64_t records = 0, malformed = 0, end_offset = 0;
+
+    auto reader = log::LogReader::open(log_dir);
+    if (!reader) return std::unexpected(reader.error());
+    const uint64_t start_offset = (*reader)->position();
+    log::Record rec;
+    for (;;) {
+        auto next = (*reader)->next(rec);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        ++records;
+        if (rec.type == log::RecordType::malformed) {
+            // The topic of a malformed record is "reason\ttopic" (see firmware/processor.cpp).
+            const size_t tab = rec.topic.find('\t');
+            if (tab != std::string_view::npos && decoder.matches(rec.topic.substr(tab + 1)))
+                ++malformed;
+            continue;
+        }
+        if (rec.type != log::RecordType::message || !decoder.matches(rec.topic)) continue;
+        if (decoder.decode(rec.topic, rec.payload, rec.ingest_ms, rec.offset, decoded) !=
+            codec::DecodeStatus::ok) {
+            ++malformed;
+            continue;
+        }
+        advisor.add(decoded.event.partition, decoded.event.event_ms, rec.ingest_ms);
+    }
+    end_offset = (*reader)->position();
+
+    if (advisor.needs_second_pass()) {
+        // The same records again (the service may append meanwhile: stop where the first pass
+        // stopped), so that the quantile candidates are counted exactly too.
+        advisor.begin_second_pass();
+        auto again = log::LogReader::open(log_dir);
+        if (!again) return std::unexpected(again.error());
+        if (auto ok = (*again)->seek(start_offset); !ok)
+            return fail("the log was trimmed by retention during `tidemark advise`: " +
+                        ok.error().message + "; run it again");
+        for (;;) {
+            auto next = (*again)->next(rec, end_offset);
+            if (!next) return std::unexpected(next.error());
+            if (!*next) break;
+            if (rec.type != log::RecordType::message || !decoder.matches(rec.topic)) continue;
+            if (decoder.decode(rec.topic, rec.payload, rec.ingest_ms, rec.offset, decoded) ==
+                codec::DecodeStatus::ok)
+                advisor.add_again(decoded.event.partition, decoded.event.event_ms);
+        }
+    }
+    AdviseReport report = advisor.report();
+    report.records = records;
+    report.malformed = malformed;
+    return report;
+}
+
+namespace {
+
+// "12ms", "1.5s", "2m", "1.2h": short and readable, not config syntax.
+std::string human_ms(double ms) {
+    char buf[48];
+    const double a = std::fabs(ms);
+    if (a < 1'000)
+        std::snprintf(buf, sizeof buf, "%.4gms", ms);
+    else if (a < 60'000)
+        std::snprintf(buf, sizeof buf, "%.4gs", ms / 1'000);
+    else if (a < 3'600'000)
+        std::snprintf(buf, sizeof buf, "%.4gm", ms / 60'000);
+    else
+        std::snprintf(buf, sizeof buf, "%.4gh", ms / 3'600'000);
+    return buf;
+}
+
+}  // namespace
+
+std::string format_advise_report(const AdviseReport& r, int bar_columns) {
+    std::ostringstream out;
+    char line[256];
+    out << "pipeline " << r.pipeline << ": " << r.events << " events from " << r.records
+        << " log records (" << r.malformed << " malformed), " << r.partitions << " partitions\n";
+    if (r.events_untracked)
+        out << "  " << r.events_untracked
+            << " events in partitions past the advisor's bound are left out of the on-time "
+               "shares\n";
+    if (r.events == 0) return out.str();
+
+    out << "\nlag = ingest_ms - event_ms (quantiles within " << r.relative_error * 100
+        << " % relative error):\n";
+    for (const LagQuantile& q : r.quantiles) {
+        std::snprintf(line, sizeof line, "  %-8s %12.0f ms  (%s)\n", quantile_name(q.q).c_str(),
+                      q.lag_ms, human_ms(q.lag_ms).c_str());
+        out << line;
+    }
+    std::snprintf(line, sizeof line, "  %-8s %12lld ms\n  %-8s %12lld ms\n", "min",
+                  static_cast<long long>(r.lag_min_ms), "max",
+                  static_cast<long long>(r.lag_max_ms));
+    out << line;
+
+    if (!r.partitions_worst.empty()) {
+        out << "\npartitions with the largest p99 lag:\n";
+        std::snprintf(line, sizeof line, "  %-24s %10s %12s %12s %14s\n", "partition", "events",
+                      "p50 lag", "p99 lag", "max disorder");
+        out << line;
+        for (const PartitionLag& p : r.partitions_worst) {
+            std::snprintf(line, sizeof line, "  %-24.24s %10llu %12s %12s %14s\n",
+                          p.partition.c_str(), static_cast<unsigned long long>(p.events),
+                          human_ms(p.p50_ms).c_str(), human_ms(p.p99_ms).c_str(),
+                          human_ms(static_cast<double>(p.disorder_max_ms)).c_str());
+            out << line;
+        }
+    }
+
+    out << "\nlag distribution (log-scale buckets):\n";
+    size_t lo = r.histogram.size(), hi = 0;
+    uint64_t peak = 0;
+    for (size_t i = 0; i < r.histogram.size(); ++i) {
+        if (r.histogram[i].count == 0) continue;
+        lo = std::min(lo, i);
+        hi = i;
+        peak = std::max(peak, r.histogram[i].count);
+    }
+    for (size_t i = lo; i <= hi && i < r.histogram.size(); ++i) {
+        const LagBucket& b = r.histogram[i];
+        std::string label;
+        if (i == 0)
+            label = "< 0";
+        else if (b.upper_ms == INT64_MAX)
+            label = ">= " + human_ms(static_cast<double>(b.lower_ms));
+        else
+            label = human_ms(static_cast<double>(b.lower_ms)) + " .. " +
+                    human_ms(static_cast<double>(b.upper_ms));
+        // A bucket that holds anything gets at least one '#', so that rare lags stay visible.
+        const int width =
+            b.count == 0 ? 0
+                         : std::max(1, static_cast<int>(static_cast<double>(b.count) * bar_columns /
+                                                        static_cast<double>(peak)));
+        std::snprintf(line, sizeof line, "  %-16s |%-*s %llu (%.3g %%)\n", label.c_str(),
+                      bar_columns, std::string(static_cast<size_t>(width), '#').c_str(),
+                      static_cast<unsigned long long>(b.count), percent(b.count, r.events));
+        out << line;
+    }
+
+    out << "\ncandidate delays (an event is late when its partition has already seen an event "
+           "more\n"
+           "than the delay newer: the watermark is the newest event time minus the delay):\n";
+    std::snprintf(line, sizeof line, "  %-10s %-11s %12s %12s %15s %18s\n", "delay", "", "on time",
+                  "late", "added latency", "windows per key");
+    out << line;
+    for (size_t i = 0; i < r.candidates.size(); ++i) {
+        const DelayCandidate& c = r.candidates[i];
+        std::snprintf(line, sizeof line, "  %-10s %-11s %11.4f%% %12llu %15s %18llu%s\n",
+                      core::format_duration(c.delay_ms).c_str(), c.origin.c_str(),
+                      c.on_time_percent, static_cast<unsigned long long>(c.late_events),
+                      human_ms(static_cast<double>(c.added_latency_ms)).c_str(),
+                      static_cast<unsigned long long>(c.windows_per_key),
+                      r.recommended && *r.recommended == i ? "  <- recommended" : "");
+        out << line;
+    }
+    if (r.recommended) {
+        const DelayCandidate& c = r.candidates[*r.recommended];
+        std::snprintf(line, sizeof line,
+                      "\nrecommended: \"watermark\": {\"delay\": \"%s\"}  (%.4f %% on time >= "
+                      "target %g %%)\n",
+                      core::format_duration(c.delay_ms).c_str(), c.on_time_percent,
+                      r.target_percent);
+        out << line;
+    } else {
+        std::snprintf(
+            line, sizeof line,
+            "\nno candidate delay meets the target of %g %% on time; the largest disorder "
+            "decides. Consider late.allowed_lateness, or too_late: side_output.\n",
+            r.target_percent);
+        out << line;
+    }
+    return out.str();
+}
+
+int advise_command(const AdviseOptions& options) {
+    auto loaded = config::load_config_file(options.config_path);
+    if (!loaded) {
+        std::cerr << config::format_errors(loaded.error());
+        return 2;
+    }
+    if (!(options.target_percent > 0 && options.target_percent <= 100)) {
+        std::cerr << "tidemark advise: --target " << options.target_percent
+                  << " is not a percentage in (0, 100]\n";
+        return 2;
+    }
+    const config::PipelineConfig* pipeline = nullptr;
+    for (const auto& p : loaded->pipelines)
+        if (p.spec.name == options.pipeline) pipeline = &p;
+    if (!pipeline) {
+        std::cerr << "tidemark advise: " << options.config_path << " has no pipeline named '"
+                  << options.pipeline << "' (it has:";
+        for (const auto& p : loaded->pipelines)
+            std::cerr << " " << p.spec.name;
+        std::cerr << ")\n";
+        return 2;
+    }
+    const std::string dir = options.log_dir.empty() ? loaded->data_dir + "/log" : options.log_dir;
+    auto report = advise_log(*pipeline, dir, options.target_percent);
+    if (!report) {
+        std::cerr << "tidemark advise: " << report.error().message << "\n";
+        return 1;
+    }
+    std::cout << format_advise_report(*report);
+    if (report->events == 0) {
+        std::cerr << "tidemark advise: no events of pipeline '" << options.pipeline << "' (topic "
+                  << pipeline->topic_filter << ") in the log at " << dir
+                  << ": nothing to advise on yet\n";
+        return 1;
+    }
+    return 0;
+}
+
 }  // namespace tidemark::firmware

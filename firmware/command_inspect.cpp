@@ -1,11 +1,485 @@
-// Placeholder until the command lands.
+// tidemark inspect: the log, the checkpointed state, the outbox and the side output, read-only,
+// beside the running service. Figures are gathered into one JSON object; the text form is
+// rendered from it, so that both say the same.
+#include <sys/stat.h>
+#include <ctime>
+#include <deque>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_reader.h"
+#include "adapters/log/segment_files.h"
+#include "core/duration.h"
+#include "core/emission.h"
 #include "firmware/commands.h"
+#include "firmware/processor.h"
+#include "firmware/service_parts.h"
 
 namespace tidemark::firmware {
-int inspect_command(const InspectOptions&) {
-    std::cerr << "tidemark inspect: not implemented yet\n";
-    return 3;
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Records are counted by a full scan only below this; above, the scan would take minutes on a
+// gateway, so only the first record and the newest segment are read.
+constexpr uint64_t log_count_bytes_max = uint64_t{1} << 30;
+constexpr size_t outbox_rows_shown_max = 5;
+constexpr size_t side_rows_shown_max = 5;
+constexpr size_t side_page_rows = 1024;
+// The side output is bounded by side_bytes_max; this bounds the walk to its newest rows as well.
+constexpr uint64_t side_rows_scanned_max = 1'000'000;
+
+std::string utc_text(int64_t ms) {
+    const std::time_t s = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&s, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    char out[48];
+    std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(((ms % 1000) + 1000) % 1000));
+    return out;
 }
+
+bool is_directory(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+json inspect_log(const std::string& dir, std::optional<uint64_t> checkpoint_offset) {
+    json j;
+    j["dir"] = dir;
+    if (!is_directory(dir)) {
+        j["present"] = false;
+        return j;
+    }
+    j["present"] = true;
+    auto segments = log::list_segments(dir);
+    if (!segments) {
+        j["error"] = segments.error().message;
+        return j;
+    }
+    uint64_t bytes = 0;
+    for (const auto& s : *segments)
+        bytes += s.bytes;
+    j["segments"] = segments->size();
+    j["bytes"] = bytes;
+    if (segments->empty()) return j;
+    const uint64_t end = segments->back().first_offset + segments->back().bytes;
+    j["first_offset"] = segments->front().first_offset;
+    j["end_offset"] = end;
+
+    auto reader = log::LogReader::open(dir);
+    if (!reader) {
+        j["error"] = reader.error().message;
+        return j;
+    }
+    const bool count = bytes <= log_count_bytes_max;
+    j["counted"] = count;
+    uint64_t by_type[4] = {0, 0, 0, 0};
+    uint64_t after_checkpoint = 0;
+    std::optional<int64_t> oldest_ms, newest_ms;
+    log::Record rec;
+    auto scan = [&](bool all) -> Result<void> {
+        for (;;) {
+            auto next = (*reader)->next(rec, end);
+            if (!next) return std::unexpected(next.error());
+            if (!*next) return {};
+            if (!oldest_ms) oldest_ms = rec.ingest_ms;
+            newest_ms = rec.ingest_ms;
+            if (count) {
+                ++by_type[std::min<size_t>(static_cast<size_t>(rec.type), 3)];
+                if (checkpoint_offset && rec.offset >= *checkpoint_offset) ++after_checkpoint;
+            }
+            if (!all) return {};
+        }
+    };
+    Result<void> scanned = scan(count);
+    if (scanned && !count && segments->size() > 1) {
+        // The newest ingest time is in the newest segment: read only that one.
+        if (auto ok = (*reader)->seek(segments->back().first_offset); !ok)
+            scanned = ok;
+        else
+            scanned = scan(true);
+    } else if (scanned && !count) {
+        scanned = scan(true);
+    }
+    if (!scanned) j["error"] = scanned.error().message;
+    if (oldest_ms) j["oldest_ingest_ms"] = *oldest_ms;
+    if (newest_ms) j["newest_ingest_ms"] = *newest_ms;
+    if (count) {
+        j["records"] = {{"message", by_type[1]},
+                        {"tick", by_type[2]},
+                        {"malformed", by_type[3]},
+                        {"total", by_type[1] + by_type[2] + by_type[3]}};
+        if (checkpoint_offset) j["records_after_checkpoint"] = after_checkpoint;
+    }
+    return j;
+}
+
+json pipeline_stats(const core::PipelineStats& s, const DecodeCounters& d) {
+    json j;
+    j["open_windows"] = s.open_windows;
+    j["keys"] = s.keys;
+    j["state_bytes"] = s.state_bytes;
+    j["watermark_ms"] = s.watermark_ms;
+    j["ingest_ms"] = s.ingest_ms;
+    j["watermark_lag_ms"] = s.ingest_ms - s.watermark_ms;
+    j["partitions"] = {{"active", s.partitions_active}, {"idle", s.partitions_idle}};
+    j["events_in"] = s.events_in;
+    j["late_updated"] = s.late_updated;
+    j["too_late"] = s.too_late;
+    j["clamped"] = s.clamped;
+    j["keys_refused"] = s.keys_refused;
+    j["windows_refused"] = s.windows_refused;
+    j["emitted"] = {
+        {"final", s.emitted_final}, {"update", s.emitted_update}, {"retract", s.emitted_retract}};
+    j["malformed"] = d.malformed;
+    j["fields_missing"] = d.fields_missing;
+    if (s.lag_ms.count())
+        j["lag_ms"] = {{"p50", s.lag_ms.quantile(0.5)},
+                       {"p99", s.lag_ms.quantile(0.99)},
+                       {"p99.9", s.lag_ms.quantile(0.999)}};
+    return j;
+}
+
+// Restores the stored state into a fresh processor built from the config, as recovery would.
+json inspect_pipelines(const config::Config& config, lmdb::Store& store) {
+    json j = json::object();
+    auto processor = Processor::create(config);
+    if (!processor) {
+        j["error"] = processor.error().message;
+        return j;
+    }
+    auto loaded = store.for_each_state(
+        [&](std::string_view k, std::string_view v) { return (*processor)->restore_entry(k, v); });
+    if (!loaded) {
+        j["error"] =
+            "the stored state does not restore under this config: " + loaded.error().message;
+        return j;
+    }
+    if (auto ok = (*processor)->restore_finish(); !ok) {
+        j["error"] = "the stored state does not restore under this config: " + ok.error().message;
+        return j;
+    }
+    core::Engine& engine = (*processor)->engine();
+    json list = json::array();
+    for (uint32_t i = 0; i < engine.pipelines().size(); ++i) {
+        json p{{"name", engine.pipelines()[i].name}};
+        p.update(pipeline_stats(engine.stats(i), (*processor)->decode_counters()[i]));
+        list.push_back(std::move(p));
+    }
+    j["list"] = std::move(list);
+    j["malformed_records"] = (*processor)->malformed_records();
+    return j;
+}
+
+json inspect_outbox(lmdb::Store& store) {
+    json j;
+    auto stats = store.outbox_stats();
+    if (!stats) {
+        j["error"] = stats.error().message;
+        return j;
+    }
+    j["rows"] = stats->rows;
+    j["bytes"] = stats->bytes;
+    j["oldest_seq"] = stats->oldest_seq;
+    j["seq_next"] = stats->seq_next;
+    j["dropped"] = stats->dropped;
+    j["compacted"] = stats->compacted;
+    j["duplicates_skipped"] = stats->duplicates_skipped;
+    json rows = json::array();
+    if (stats->rows) {
+        auto peek = store.outbox_peek(stats->oldest_seq, outbox_rows_shown_max);
+        if (!peek)
+            j["error"] = peek.error().message;
+        else
+            for (const lmdb::OutboxRow& r : *peek)
+                rows.push_back(
+                    {{"seq", r.seq},
+                     {"pipeline", r.pipeline},
+                     {"key", r.key},
+                     {"window", {{"start", r.window_start_ms}, {"end", r.window_end_ms}}},
+                     {"kind", core::emission_kind_name(static_cast<core::EmissionKind>(r.kind))},
+                     {"revision", r.revision},
+                     {"payload_bytes", r.payload.size()}});
+    }
+    j["first_rows"] = std::move(rows);
+    return j;
+}
+
+json inspect_side(lmdb::Store& store) {
+    json j;
+    auto stats = store.side_stats();
+    if (!stats) {
+        j["error"] = stats.error().message;
+        return j;
+    }
+    j["rows"] = stats->rows;
+    j["bytes"] = stats->bytes;
+    j["dropped"] = stats->dropped;
+    std::deque<lmdb::SideRow> latest;
+    uint64_t from = 0, scanned = 0;
+    while (scanned < side_rows_scanned_max) {
+        auto page = store.side_peek(from, side_page_rows);
+        if (!page) {
+            j["error"] = page.error().message;
+            break;
+        }
+        for (auto& r : *page) {
+            latest.push_back(std::move(r));
+            if (latest.size() > side_rows_shown_max) latest.pop_front();
+        }
+        scanned += page->size();
+        if (page->size() < side_page_rows) break;
+        from = page->back().seq + 1;
+    }
+    json rows = json::array();
+    for (const lmdb::SideRow& r : latest) {
+        json row{{"seq", r.seq}};
+        const json parsed = json::parse(r.record, nullptr, false);
+        if (parsed.is_object()) {
+            if (parsed.contains("pipeline")) row["pipeline"] = parsed["pipeline"];
+            if (parsed.contains("reason"))
+                row["reason"] = parsed["reason"];
+            else if (parsed.contains("malformed"))
+                row["reason"] = "malformed: " + parsed["malformed"].get<std::string>();
+            if (parsed.contains("key")) row["key"] = parsed["key"];
+            if (parsed.contains("ingest_ms")) row["ingest_ms"] = parsed["ingest_ms"];
+        } else {
+            row["reason"] = "(not JSON)";
+        }
+        rows.push_back(std::move(row));
+    }
+    j["latest"] = std::move(rows);
+    return j;
+}
+
+std::string age_text(int64_t ms) {
+    if (ms < 0) return "in the future (clock changed?)";
+    return core::format_duration(ms / 1000 * 1000) + " ago";
+}
+
+void print_text(const json& j, std::ostream& out) {
+    out << "data_dir " << j["data_dir"].get<std::string>() << "\n";
+    const json& l = j["log"];
+    out << "\nlog (" << l["dir"].get<std::string>() << "):\n";
+    if (!l["present"].get<bool>())
+        out << "  no log directory\n";
+    else if (l.contains("segments")) {
+        out << "  " << l["segments"] << " segments, " << l["bytes"] << " bytes";
+        if (l.contains("first_offset"))
+            out << ", offsets " << l["first_offset"] << " .. " << l["end_offset"];
+        out << "\n";
+        if (l.contains("oldest_ingest_ms"))
+            out << "  oldest ingest " << utc_text(l["oldest_ingest_ms"].get<int64_t>())
+                << ", newest " << utc_text(l["newest_ingest_ms"].get<int64_t>()) << "\n";
+        if (l.contains("records")) {
+            const json& r = l["records"];
+            out << "  records: " << r["total"] << " (" << r["message"] << " message, " << r["tick"]
+                << " tick, " << r["malformed"] << " malformed)\n";
+        } else if (l.contains("counted")) {
+            out << "  records: (not counted: the log is over "
+                << core::format_size(log_count_bytes_max) << ")\n";
+        }
+    }
+    if (l.contains("error")) out << "  error: " << l["error"].get<std::string>() << "\n";
+
+    const json& s = j["store"];
+    out << "\nstate (" << s["dir"].get<std::string>() << "):\n";
+    if (s.contains("error")) out << "  " << s["error"].get<std::string>() << "\n";
+    if (s.contains("checkpoint")) {
+        const json& c = s["checkpoint"];
+        if (c.is_null())
+            out << "  no checkpoint yet\n";
+        else {
+            out << "  checkpoint " << age_text(c["age_ms"].get<int64_t>()) << " ("
+                << utc_text(c["checkpoint_ms"].get<int64_t>()) << "), log offset "
+                << c["log_offset"];
+            if (c.contains("behind_bytes")) out << ", " << c["behind_bytes"] << " bytes";
+            if (c.contains("behind_records")) out << " / " << c["behind_records"] << " records";
+            if (c.contains("behind_bytes")) out << " behind the log end";
+            out << "\n";
+        }
+    }
+    if (s.contains("state_entries"))
+        out << "  " << s["state_entries"] << " state entries, " << s["state_bytes"] << " bytes\n";
+    if (s.contains("map_used_bytes")) out << "  map: " << s["map_used_bytes"] << " bytes used\n";
+
+    if (j.contains("pipelines")) {
+        const json& ps = j["pipelines"];
+        if (ps.contains("error")) out << "  pipelines: " << ps["error"].get<std::string>() << "\n";
+        if (ps.contains("list"))
+            for (const json& p : ps["list"]) {
+                out << "\npipeline " << p["name"].get<std::string>() << ":\n"
+                    << "  open windows " << p["open_windows"] << ", keys " << p["keys"]
+                    << ", state " << p["state_bytes"] << " bytes\n"
+                    << "  watermark " << utc_text(p["watermark_ms"].get<int64_t>()) << " ("
+                    << p["watermark_lag_ms"] << " ms behind ingest), partitions "
+                    << p["partitions"]["active"] << " active, " << p["partitions"]["idle"]
+                    << " idle\n"
+                    << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
+                    << ", too late " << p["too_late"] << ", clamped " << p["clamped"]
+                    << ", malformed " << p["malformed"] << ", fields missing "
+                    << p["fields_missing"] << "\n"
+                    << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
+                    << " update, " << p["emitted"]["retract"] << " retract; refused "
+                    << p["keys_refused"] << " keys, " << p["windows_refused"] << " windows\n";
+                if (p.contains("lag_ms"))
+                    out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
+                        << " ms, p99.9 " << p["lag_ms"]["p99.9"] << " ms\n";
+            }
+    } else if (!s.contains("error")) {
+        out << "\n(pipelines: pass --config to restore the state and show open windows, keys and "
+               "watermarks)\n";
+    }
+
+    if (j.contains("outbox")) {
+        const json& o = j["outbox"];
+        out << "\noutbox:\n";
+        if (o.contains("rows"))
+            out << "  " << o["rows"] << " rows, " << o["bytes"] << " bytes, oldest seq "
+                << o["oldest_seq"] << "; dropped " << o["dropped"] << ", compacted "
+                << o["compacted"] << ", duplicates skipped " << o["duplicates_skipped"] << "\n";
+        if (o.contains("first_rows"))
+            for (const json& r : o["first_rows"])
+                out << "  #" << r["seq"] << " " << r["pipeline"].get<std::string>() << " key "
+                    << r["key"].get<std::string>() << " window "
+                    << utc_text(r["window"]["start"].get<int64_t>()) << " .. "
+                    << utc_text(r["window"]["end"].get<int64_t>()) << " "
+                    << r["kind"].get<std::string>() << " rev " << r["revision"] << "\n";
+        if (o.contains("error")) out << "  error: " << o["error"].get<std::string>() << "\n";
+    }
+    if (j.contains("side")) {
+        const json& sd = j["side"];
+        out << "\nside output:\n";
+        if (sd.contains("rows"))
+            out << "  " << sd["rows"] << " rows, " << sd["bytes"] << " bytes, dropped "
+                << sd["dropped"] << "\n";
+        if (sd.contains("latest"))
+            for (const json& r : sd["latest"]) {
+                out << "  #" << r["seq"];
+                if (r.contains("pipeline")) out << " " << r["pipeline"].get<std::string>();
+                if (r.contains("key")) out << " key " << r["key"].get<std::string>();
+                if (r.contains("reason")) out << ": " << r["reason"].get<std::string>();
+                out << "\n";
+            }
+        if (sd.contains("error")) out << "  error: " << sd["error"].get<std::string>() << "\n";
+    }
+}
+
+}  // namespace
+
+int inspect_command(const InspectOptions& options) {
+    std::optional<config::Config> config;
+    if (!options.config_path.empty()) {
+        auto loaded = config::load_config_file(options.config_path);
+        if (!loaded) {
+            std::cerr << config::format_errors(loaded.error());
+            return 2;
+        }
+        config = std::move(*loaded);
+    }
+    if (!config && options.data_dir.empty()) {
+        std::cerr << "tidemark inspect: pass --config FILE or --data-dir DIR\n";
+        return 2;
+    }
+    const std::string data_dir = options.data_dir.empty() ? config->data_dir : options.data_dir;
+    if (!is_directory(data_dir)) {
+        std::cerr << "tidemark inspect: the data directory " << data_dir
+                  << " does not exist (check data_dir in the config, or --data-dir; has the "
+                     "service run here?)\n";
+        return 1;
+    }
+
+    const int64_t now_ms = wall_ms();
+    json j;
+    j["data_dir"] = data_dir;
+    j["now_ms"] = now_ms;
+    std::string empty_reason;
+
+    lmdb::StoreOptions so;
+    so.dir = data_dir + "/state";
+    so.read_only = true;  // beside the running service: never write, never take its write lock
+    if (config) so.map_size_bytes = config->storage.map_size_bytes;
+    json store_json;
+    store_json["dir"] = so.dir;
+    std::unique_ptr<lmdb::Store> store;
+    std::optional<lmdb::CheckpointMeta> checkpoint;
+    if (auto opened = lmdb::Store::open(so); !opened) {
+        store_json["error"] = opened.error().message;
+        empty_reason =
+            opened.error().code == lmdb::errc::not_found
+                ? "no state store in " + so.dir + " (the service has not run here yet)"
+                : "the state store in " + so.dir + " cannot be read: " + opened.error().message;
+    } else {
+        store = std::move(*opened);
+        auto cp = store->load_checkpoint();
+        if (!cp)
+            store_json["error"] = cp.error().message;
+        else
+            checkpoint = *cp;
+    }
+
+    j["log"] =
+        inspect_log(data_dir + "/log",
+                    checkpoint ? std::optional<uint64_t>(checkpoint->log_offset) : std::nullopt);
+    if (store) {
+        if (checkpoint) {
+            json c{{"checkpoint_ms", checkpoint->checkpoint_ms},
+                   {"age_ms", now_ms - checkpoint->checkpoint_ms},
+                   {"log_offset", checkpoint->log_offset},
+                   {"outbox_seq_next", checkpoint->outbox_seq_next}};
+            const json& l = j["log"];
+            if (l.contains("end_offset")) {
+                const uint64_t end = l["end_offset"].get<uint64_t>();
+                c["behind_bytes"] = end > checkpoint->log_offset ? end - checkpoint->log_offset : 0;
+            }
+            if (l.contains("records_after_checkpoint"))
+                c["behind_records"] = l["records_after_checkpoint"];
+            store_json["checkpoint"] = std::move(c);
+        } else {
+            store_json["checkpoint"] = nullptr;
+        }
+        uint64_t entries = 0, bytes = 0;
+        auto counted =
+            store->for_each_state([&](std::string_view k, std::string_view v) -> Result<void> {
+                ++entries;
+                bytes += k.size() + v.size();
+                return {};
+            });
+        if (counted) {
+            store_json["state_entries"] = entries;
+            store_json["state_bytes"] = bytes;
+        }
+        if (auto used = store->map_used_bytes()) store_json["map_used_bytes"] = *used;
+    }
+    j["store"] = std::move(store_json);
+    if (store) {
+        if (config) j["pipelines"] = inspect_pipelines(*config, *store);
+        j["outbox"] = inspect_outbox(*store);
+        j["side"] = inspect_side(*store);
+        const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&
+                             j["side"].value("rows", uint64_t{0}) == 0;
+        if (!checkpoint && no_rows)
+            empty_reason = "the state store in " + so.dir +
+                           " is empty: no checkpoint, no outbox or side rows (the service has "
+                           "not checkpointed yet)";
+    }
+    if (!empty_reason.empty()) j["empty"] = empty_reason;
+
+    if (options.json)
+        std::cout << j.dump() << "\n";
+    else
+        print_text(j, std::cout);
+    std::cout.flush();
+    if (!empty_reason.empty()) {
+        std::cerr << "tidemark inspect: " << empty_reason << "\n";
+        return 1;
+    }
+    return 0;
+}
+
 }  // namespace tidemark::firmware

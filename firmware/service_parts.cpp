@@ -183,6 +183,7 @@ struct ServiceParts::Impl {
     std::atomic<bool> paused{false};
     std::atomic<uint64_t> redeliveries_skipped{0};
     std::atomic<uint64_t> append_errors{0};
+    std::atomic<bool> append_alarm{false};
     mutable std::mutex alarm_mutex;
     std::string append_error;  // the latest log append failure, for health
     std::string outbox_alarm;  // outbox_full | map_full | disk_full, while it lasts
@@ -417,6 +418,14 @@ void ServiceParts::append_failed(const std::string& message) {
     std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
     if (impl_->append_error != message) spdlog::error("log append: {}", message);
     impl_->append_error = message;
+    impl_->append_alarm.store(true);
+}
+void ServiceParts::append_succeeded() {
+    if (!impl_->append_alarm.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
+    if (!impl_->append_error.empty()) spdlog::info("log append works again");
+    impl_->append_error.clear();
+    impl_->append_alarm.store(false);
 }
 
 Result<void> ServiceParts::start_forwarder() {

@@ -64,6 +64,8 @@ public:
     bool ingest_paused() const;
     void count_redelivery_skipped();
     void append_failed(const std::string& message);
+    /// Clears the append alarm after a failure; cheap when there was none.
+    void append_succeeded();
 
     Result<void> start_forwarder();
     Result<void> start_health();

@@ -320,7 +320,6 @@ TEST_CASE("a key with '/', '+' and '#' lands on exactly one escaped topic level"
     everything.subscribe("#", 1);
 
     const std::string tmpl = "tm/{node_id}/{pipeline}/{key}";
-    REQUIRE(tidemark::mqtt::check_topic_template(tmpl));
     MemoryOutbox outbox;
     outbox.append(tidemark::codec::expand_topic_template(tmpl, "gw-01", "p", "a/b+c#d"), "x");
     auto forwarder = start_forwarder(options_for(broker.uri(), "fwd-topic"), outbox);
