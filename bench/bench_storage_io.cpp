@@ -41,8 +41,13 @@ Io read_io() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    uint64_t records = 600'000;
-    if (argc > 2 && std::string(argv[1]) == "--records") records = std::strtoull(argv[2], nullptr, 10);
+    uint64_t records = 300'000;
+    int64_t checkpoint_ms = 5000;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string a = argv[i];
+        if (a == "--records") records = std::strtoull(argv[i + 1], nullptr, 10);
+        if (a == "--checkpoint-ms") checkpoint_ms = std::strtoll(argv[i + 1], nullptr, 10);
+    }
     const char* base = std::getenv("TIDEMARK_BUILD_DIR");
     const std::string dir = std::string(base ? base : "/var/tmp") + "/bench-storage-io-" +
                             std::to_string(::getpid());
@@ -76,7 +81,7 @@ int main(int argc, char** argv) {
     const int64_t start_ms = 1'764'400'000'000;
     const Io before = read_io();
     uint64_t payload_bytes = 0;
-    int64_t next_checkpoint = start_ms + 5000;
+    int64_t next_checkpoint = start_ms + checkpoint_ms;
     int64_t next_sync = start_ms + 1000;
     char payload[160];
     char topic[64];
@@ -116,15 +121,17 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "%s\n", c.error().message.c_str());
                 return 1;
             }
-            next_checkpoint += 5000;
+            next_checkpoint += checkpoint_ms;
         }
     }
     ::sync();
     const Io after = read_io();
     const double written = static_cast<double>(after.write_bytes - before.write_bytes);
     const double passed = static_cast<double>(after.wchar - before.wchar);
-    std::printf("# %llu records, %.1f MiB of payload; write_bytes %.1f MiB, wchar %.1f MiB\n",
-                static_cast<unsigned long long>(records), double(payload_bytes) / 1048576.0,
+    std::printf("# %llu records, checkpoint every %lld ms of ingest time, %.1f MiB of payload; "
+                "write_bytes %.1f MiB, wchar %.1f MiB\n",
+                static_cast<unsigned long long>(records), static_cast<long long>(checkpoint_ms),
+                double(payload_bytes) / 1048576.0,
                 written / 1048576.0, passed / 1048576.0);
     std::printf("storage.bytes_written_per_payload_byte: %.2f ratio\n",
                 written / static_cast<double>(payload_bytes));

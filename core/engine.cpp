@@ -261,6 +261,7 @@ struct KeyState {
     int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
     int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
     bool dirty = false;
+    bool meta_dirty = true;  // fired_through, fired windows or partition changed since written
 };
 
 std::string_view name_of(const KeyState& k) {
@@ -684,6 +685,7 @@ class Pipeline {
         k->fired_through_ms = time_min;
         k->due_ms = time_max;
         k->dirty = false;
+        k->meta_dirty = true;
         free_keys_.push_back(k);
     }
 
@@ -860,6 +862,7 @@ class Pipeline {
     }
 
     void slice_due_reached(KeyState& k, int64_t due, Domain& d, EmissionSink& sink) {
+        k.meta_dirty = true;
         const int64_t fire_end = next_fire(k);
         TM_ASSERT(fire_end >= due);
         if (fire_end == due) {
@@ -954,6 +957,7 @@ class Pipeline {
         if (late) {
             if (refire_late(*k, t, wm, d, sink)) ++stats_.late_updated;
             k->fired_through_ms = std::max(k->fired_through_ms, wm);
+            k->meta_dirty = true;
             reschedule(*k);
         } else if (created) {
             reschedule(*k);
@@ -1179,7 +1183,10 @@ class Pipeline {
             bytes::put_u32(value, f.revision);
             put_values(value, f.values);
         }
-        w.put(meta_key(k.key), value);
+        // The meta record changes only when windows fire, purge or re-fire: most checkpoints
+        // of a busy key rewrite its slice and nothing else.
+        if (all || k.meta_dirty) w.put(meta_key(k.key), value);
+        k.meta_dirty = false;
         for (Unit& u : k.units) {
             if (!all && !u.dirty) continue;
             value.clear();

@@ -1,0 +1,216 @@
+// tidemark inspect, read-only beside the service: figures of the log, the checkpoint, the
+// restored pipelines, the outbox and the side output.
+#include <nlohmann/json.hpp>
+
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_reader.h"
+#include "firmware/commands.h"
+#include "firmware/processor.h"
+#include "tests/firmware/command_test_support.h"
+#include "tests/support/broker.h"
+
+using namespace tidemark;
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t start_ms = 1764547200000;
+
+const char* pipeline_json = R"([{"name": "temp_1m", "topic": "sensors/+/telemetry",
+    "key": "topic:1", "timestamp": {"pointer": "/ts", "format": "epoch_ms"},
+    "fields": {"temp": "/temp"}, "window": {"type": "tumbling", "size": "1m"},
+    "watermark": {"delay": "5s", "idle_timeout": "10m"}, "late": {"too_late": "side_output"},
+    "aggregates": {"n": {"fn": "count"}, "avg": {"fn": "mean", "field": "temp"}},
+    "limits": {"max_keys": 100, "max_open_windows": 10000}}])";
+
+// Emissions as outbox rows, too-late events and undecodable records as side rows: what the
+// service's own sink stores.
+class CollectSink : public firmware::ProcessorSink {
+  public:
+    void emit(const core::Emission& e) override {
+        lmdb::OutboxRow row;
+        row.id = e.id;
+        row.pipeline = "temp_1m";
+        row.key = e.key;
+        row.window_start_ms = e.start_ms;
+        row.window_end_ms = e.end_ms;
+        row.revision = e.revision;
+        row.kind = static_cast<uint8_t>(e.kind);
+        row.payload = "{}";
+        rows.push_back(std::move(row));
+    }
+    void side_output(const core::SideOutput&) override {
+        side.push_back(R"({"pipeline": "temp_1m", "reason": "too_late", "key": "dev-0"})");
+    }
+    void malformed(uint32_t, const log::Record&, std::string_view reason) override {
+        side.push_back(json{{"pipeline", "temp_1m"}, {"malformed", std::string(reason)}}.dump());
+    }
+    std::vector<lmdb::OutboxRow> rows;
+    std::vector<std::string> side;
+};
+
+struct Written {
+    uint64_t messages = 0, ticks = 0, malformed_payloads = 0;
+};
+
+// 4 devices, one message a second each for 10 minutes, a tick every second, one payload that is
+// not JSON and one event far too late.
+Written write_log(const std::string& dir) {
+    auto writer = test::open_log(dir);
+    Written w;
+    for (int64_t s = 0; s < 600; ++s) {
+        const int64_t t = start_ms + s * 1'000;
+        for (int d = 0; d < 4; ++d) {
+            const json payload{{"ts", t - 200}, {"temp", 20 + d}};
+            test::append(*writer, log::RecordType::message, t + d,
+                         "sensors/dev-" + std::to_string(d) + "/telemetry", payload.dump());
+            ++w.messages;
+        }
+        test::append(*writer, log::RecordType::tick, t + 500);
+        ++w.ticks;
+    }
+    test::append(*writer, log::RecordType::message, start_ms + 600'000, "sensors/dev-0/telemetry",
+                 "{\"ts\": ");
+    ++w.messages;
+    ++w.malformed_payloads;
+    test::append(*writer, log::RecordType::message, start_ms + 600'001, "sensors/dev-0/telemetry",
+                 json{{"ts", start_ms}, {"temp", 1}}.dump());
+    ++w.messages;
+    REQUIRE(writer->sync());
+    return w;
+}
+
+json inspect_json(const firmware::InspectOptions& options, int expected_rc) {
+    test::CaptureStdout capture;
+    REQUIRE(firmware::inspect_command(options) == expected_rc);
+    return json::parse(capture.text());
+}
+
+}  // namespace
+
+TEST_CASE("inspect --json shows the log, checkpoint, pipelines, outbox and side output") {
+    test::TempDir dir("tidemark-inspect");
+    const std::string config_path = dir.path() + "/config.json";
+    test::write_file(config_path, test::config_text(dir.path(), pipeline_json));
+    auto config = config::load_config_file(config_path);
+    REQUIRE(config);
+    const Written written = write_log(dir.path() + "/log");
+
+    // The service's path: the processor over the log, then one checkpoint at its end.
+    auto processor = firmware::Processor::create(*config);
+    REQUIRE(processor);
+    auto reader = log::LogReader::open(dir.path() + "/log");
+    REQUIRE(reader);
+    CollectSink sink;
+    log::Record rec;
+    uint64_t end_offset = 0;
+    for (;;) {
+        auto next = (*reader)->next(rec);
+        REQUIRE(next);
+        if (!*next) break;
+        (*processor)->feed(rec, sink);
+        end_offset = rec.next_offset;
+    }
+    const core::PipelineStats live = (*processor)->engine().stats(0);
+    REQUIRE(live.open_windows > 0);
+    REQUIRE(sink.side.size() == 2);
+    {
+        lmdb::StoreOptions so;
+        so.dir = dir.path() + "/state";
+        auto store = lmdb::Store::open(so);
+        REQUIRE(store);
+        REQUIRE((*store)->outbox_append(sink.rows));
+        REQUIRE((*store)->side_append(sink.side));
+        auto txn = (*store)->begin_checkpoint();
+        REQUIRE(txn);
+        (*processor)->checkpoint(**txn);
+        lmdb::CheckpointMeta meta;
+        meta.log_offset = end_offset;
+        meta.outbox_seq_next = sink.rows.size() + 1;
+        meta.checkpoint_ms = start_ms + 700'000;
+        auto stats = (*store)->outbox_stats();
+        REQUIRE(stats);
+        meta.outbox_seq_next = stats->seq_next;
+        REQUIRE((*txn)->commit(meta));
+    }
+
+    firmware::InspectOptions options;
+    options.config_path = config_path;
+    options.json = true;
+    const json j = inspect_json(options, 0);
+
+    const json& l = j["log"];
+    CHECK(l["records"]["message"] == written.messages);
+    CHECK(l["records"]["tick"] == written.ticks);
+    CHECK(l["records"]["malformed"] == 0);
+    CHECK(l["end_offset"] == end_offset);
+    CHECK(l["oldest_ingest_ms"] == start_ms);
+    CHECK(l["newest_ingest_ms"] == start_ms + 600'001);
+
+    const json& c = j["store"]["checkpoint"];
+    CHECK(c["log_offset"] == end_offset);
+    CHECK(c["behind_bytes"] == 0);
+    CHECK(c["behind_records"] == 0);
+    CHECK(c["age_ms"].get<int64_t>() > 0);
+
+    REQUIRE(j["pipelines"]["list"].size() == 1);
+    const json& p = j["pipelines"]["list"][0];
+    CHECK(p["name"] == "temp_1m");
+    CHECK(p["keys"] == 4);
+    CHECK(p["open_windows"] == live.open_windows);
+    CHECK(p["watermark_ms"] == live.watermark_ms);
+    CHECK(p["events_in"] == live.events_in);
+    CHECK(p["too_late"] == 1);
+    CHECK(p["malformed"] == written.malformed_payloads);
+    CHECK(p["emitted"]["final"] == live.emitted_final);
+
+    CHECK(j["outbox"]["rows"] == sink.rows.size());
+    REQUIRE(j["outbox"]["first_rows"].size() == 5);
+    CHECK(j["outbox"]["first_rows"][0]["kind"] == "final");
+    CHECK(j["outbox"]["first_rows"][0]["window"]["start"] == sink.rows[0].window_start_ms);
+    CHECK(j["side"]["rows"] == 2);
+    REQUIRE(j["side"]["latest"].size() == 2);
+    CHECK(j["side"]["latest"][1]["reason"] == "too_late");
+
+    // Without the config: everything that does not need it.
+    firmware::InspectOptions bare;
+    bare.data_dir = dir.path();
+    bare.json = true;
+    const json b = inspect_json(bare, 0);
+    CHECK(!b.contains("pipelines"));
+    CHECK(b["log"]["records"]["total"] == written.messages + written.ticks);
+    CHECK(b["outbox"]["rows"] == sink.rows.size());
+    CHECK(b["store"]["state_entries"].get<uint64_t>() > 0);
+
+    // The text form says the same.
+    options.json = false;
+    test::CaptureStdout capture;
+    REQUIRE(firmware::inspect_command(options) == 0);
+    CHECK(capture.text().find("pipeline temp_1m:") != std::string::npos);
+    CHECK(capture.text().find("open windows " + std::to_string(live.open_windows)) !=
+          std::string::npos);
+}
+
+TEST_CASE("inspect says so and exits 1 for a missing data_dir or an empty store") {
+    test::TempDir dir("tidemark-inspect-empty");
+    firmware::InspectOptions options;
+    options.data_dir = dir.path() + "/nothing-here";
+    CHECK(firmware::inspect_command(options) == 1);
+
+    options.data_dir = dir.path();
+    options.json = true;
+    const json no_store = inspect_json(options, 1);
+    CHECK(no_store["empty"].get<std::string>().find("no state store") != std::string::npos);
+
+    {
+        lmdb::StoreOptions so;
+        so.dir = dir.path() + "/state";
+        REQUIRE(lmdb::Store::open(so));
+    }
+    const json empty = inspect_json(options, 1);
+    CHECK(empty["empty"].get<std::string>().find("empty") != std::string::npos);
+
+    firmware::InspectOptions neither;
+    CHECK(firmware::inspect_command(neither) == 2);
+}
