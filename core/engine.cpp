@@ -527,7 +527,10 @@ class Pipeline {
         if (scope_partition_)
             for (Partition* p : partition_list_)
                 if (p->idle) schedule_idle(p);
-        tracking_ = false;  // the first checkpoint after a restore writes everything again
+        // The store holds exactly what was restored: from here on, checkpoints write changes
+        // and erasures. (Writing everything again instead would record no erasures until then,
+        // and a second crash would bring back windows already purged or merged.)
+        tracking_ = true;
         return {};
     }
 

@@ -79,7 +79,8 @@ class Engine {
 
     /// Writes every unit of state changed since the last call (windows, partitions, counters)
     /// and erases the removed ones; the next call starts from there. The first call after
-    /// create() or restore writes everything that exists.
+    /// create() writes everything that exists; after a restore, the store is taken to hold
+    /// exactly what was restored, so the first call writes what changed since.
     void checkpoint(StateWriter& writer);
 
     /// Restores state written by checkpoint(): call restore_entry for every stored (key, value),

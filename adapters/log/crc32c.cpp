@@ -1,6 +1,11 @@
 #include "adapters/log/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 namespace tidemark::log {
 namespace {
@@ -24,9 +29,40 @@ constexpr Tables make_tables() {
 
 constexpr Tables tables = make_tables();
 
+#if defined(__x86_64__)
+// SSE4.2 has a CRC-32C instruction (8 bytes a cycle or so): several times the table's speed,
+// which matters when replay reads a million records a second. Chosen at run time, so the binary
+// still runs on x86-64 CPUs without it.
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const unsigned char* p,
+                                                        size_t n) {
+    uint64_t c = ~crc;
+    while (n >= 8) {
+        uint64_t word;
+        std::memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = static_cast<uint32_t>(c);
+    while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+    return ~c32;
+}
+
+const bool have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+
 }  // namespace
 
 uint32_t crc32c(uint32_t crc, std::string_view bytes) {
+#if defined(__x86_64__)
+    if (have_sse42)
+        return crc32c_sse42(crc, reinterpret_cast<const unsigned char*>(bytes.data()),
+                            bytes.size());
+#endif
+    return crc32c_portable(crc, bytes);
+}
+
+uint32_t crc32c_portable(uint32_t crc, std::string_view bytes) {
     const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
     size_t n = bytes.size();
     uint32_t c = ~crc;

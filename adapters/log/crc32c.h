@@ -11,4 +11,7 @@ namespace tidemark::log {
 /// crc32c(0, a + b), so a frame's CRC is computed over its pieces without copying them.
 uint32_t crc32c(uint32_t crc, std::string_view bytes);
 
+/// The table-driven version crc32c() falls back to where the CPU has no CRC-32C instruction.
+uint32_t crc32c_portable(uint32_t crc, std::string_view bytes);
+
 }  // namespace tidemark::log
