@@ -167,6 +167,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
 
     auto forwarder = sp.start_forwarder();
     if (!forwarder) spdlog::error("upstream: {}", forwarder.error().message);
+    sp.refresh_health(nullptr);  // the first retained snapshot is a real one, never "{}"
     auto health = sp.start_health();
     if (!health) spdlog::error("health: {}", health.error().message);
 
