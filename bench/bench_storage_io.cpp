@@ -49,11 +49,12 @@ int main(int argc, char** argv) {
         if (a == "--checkpoint-ms") checkpoint_ms = std::strtoll(argv[i + 1], nullptr, 10);
     }
     const char* base = std::getenv("TIDEMARK_BUILD_DIR");
-    const std::string dir = std::string(base ? base : "/var/tmp") + "/bench-storage-io-" +
-                            std::to_string(::getpid());
+    const std::string dir =
+        std::string(base ? base : "/var/tmp") + "/bench-storage-io-" + std::to_string(::getpid());
     std::filesystem::create_directories(dir);
     const std::string json = R"({
-      "node_id": "bench", "data_dir": ")" + dir + R"(",
+      "node_id": "bench", "data_dir": ")" +
+                             dir + R"(",
       "storage": {"map_size": "1GiB", "fsync": "interval", "fsync_interval": "1s",
                   "log_retention": {"max_age": "7d", "max_bytes": "4GiB"}},
       "checkpoint": {"interval": "5s"},
@@ -89,12 +90,12 @@ int main(int argc, char** argv) {
         const int64_t t = start_ms + static_cast<int64_t>(i);  // 1000 messages per second
         const int dev = static_cast<int>(i % 1000);
         std::snprintf(topic, sizeof topic, "sensors/dev-%04d/telemetry", dev);
-        const int n = std::snprintf(payload, sizeof payload,
-                                    "{\"ts\":%lld,\"seq\":%llu,\"temp\":%d.%02d,\"hum\":%d.5,"
-                                    "\"fw\":\"1.4.2\",\"rssi\":-%d}",
-                                    static_cast<long long>(t - 200),
-                                    static_cast<unsigned long long>(i), 18 + dev % 10,
-                                    static_cast<int>(i % 100), 40 + dev % 20, 60 + dev % 30);
+        const int n =
+            std::snprintf(payload, sizeof payload,
+                          "{\"ts\":%lld,\"seq\":%llu,\"temp\":%d.%02d,\"hum\":%d.5,"
+                          "\"fw\":\"1.4.2\",\"rssi\":-%d}",
+                          static_cast<long long>(t - 200), static_cast<unsigned long long>(i),
+                          18 + dev % 10, static_cast<int>(i % 100), 40 + dev % 20, 60 + dev % 30);
         auto ok = sp.log().append(log::RecordType::message, t, topic, std::string_view(payload, n));
         if (!ok) {
             std::fprintf(stderr, "%s\n", ok.error().message.c_str());
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
             auto rows = sp.store().outbox_peek(0, 100'000);
             if (rows && !rows->empty()) {
                 std::vector<uint64_t> seqs;
-                for (const auto& r : *rows) seqs.push_back(r.seq);
+                for (const auto& r : *rows)
+                    seqs.push_back(r.seq);
                 (void)sp.store().outbox_delete(seqs);
             }
         }
@@ -128,11 +130,11 @@ int main(int argc, char** argv) {
     const Io after = read_io();
     const double written = static_cast<double>(after.write_bytes - before.write_bytes);
     const double passed = static_cast<double>(after.wchar - before.wchar);
-    std::printf("# %llu records, checkpoint every %lld ms of ingest time, %.1f MiB of payload; "
-                "write_bytes %.1f MiB, wchar %.1f MiB\n",
-                static_cast<unsigned long long>(records), static_cast<long long>(checkpoint_ms),
-                double(payload_bytes) / 1048576.0,
-                written / 1048576.0, passed / 1048576.0);
+    std::printf(
+        "# %llu records, checkpoint every %lld ms of ingest time, %.1f MiB of payload; "
+        "write_bytes %.1f MiB, wchar %.1f MiB\n",
+        static_cast<unsigned long long>(records), static_cast<long long>(checkpoint_ms),
+        double(payload_bytes) / 1048576.0, written / 1048576.0, passed / 1048576.0);
     std::printf("storage.bytes_written_per_payload_byte: %.2f ratio\n",
                 written / static_cast<double>(payload_bytes));
     std::printf("storage.wchar_per_payload_byte: %.2f ratio\n",

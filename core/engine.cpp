@@ -661,6 +661,19 @@ class Pipeline {
         return keys_.find(key, hash_name(key));
     }
 
+    // The key's state, created on its first accepted event; nullptr (and counted) past keys_max.
+    KeyState* admit_key(KeyState* k, std::string_view key, Partition* p, Domain& d) {
+        if (!k) {
+            if (keys_.size() >= spec_.limits.keys_max) {
+                ++stats_.keys_refused;
+                return nullptr;
+            }
+            k = create_key(key, p, d);
+        }
+        if (!scope_partition_) k->partition = p;
+        return k;
+    }
+
     KeyState* create_key(std::string_view key, Partition* p, Domain& d) {
         KeyState* k;
         if (!free_keys_.empty()) {
@@ -922,14 +935,8 @@ class Pipeline {
             too_late(sink, key, event, t, last_start, last_start + size_ms_, wm);
             return;
         }
-        if (!k) {
-            if (keys_.size() >= spec_.limits.keys_max) {
-                ++stats_.keys_refused;
-                return;
-            }
-            k = create_key(key, p, d);
-        }
-        if (!scope_partition_) k->partition = p;
+        k = admit_key(k, key, p, d);
+        if (!k) return;
         Unit* unit = in_newest ? newest : nullptr;
         bool created = false;
         if (!unit) {
@@ -1061,14 +1068,8 @@ class Pipeline {
             too_late(sink, key, event, t, t, t + gap, wm);
             return;
         }
-        if (!k) {
-            if (keys_.size() >= spec_.limits.keys_max) {
-                ++stats_.keys_refused;
-                return;
-            }
-            k = create_key(key, p, d);
-        }
-        if (!scope_partition_) k->partition = p;
+        k = admit_key(k, key, p, d);
+        if (!k) return;
         if (first == last && units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
             ++stats_.windows_refused;
             if (k->units.empty()) remove_key(k);

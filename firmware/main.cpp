@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "adapters/config/config.h"
 #include "firmware/commands.h"
@@ -17,8 +17,10 @@ tidemark::firmware::Signals* g_signals = nullptr;
 
 extern "C" void on_signal(int sig) {
     if (!g_signals) return;
-    if (sig == SIGHUP) g_signals->reload.store(true);
-    else g_signals->stop.store(true);
+    if (sig == SIGHUP)
+        g_signals->reload.store(true);
+    else
+        g_signals->stop.store(true);
 }
 
 void install_signals(tidemark::firmware::Signals& signals) {
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
     replay->add_option("--to", to_text, "end ingest time, exclusive");
     replay->add_option("--pipeline", replay_options.pipeline, "only this pipeline");
     replay->add_option("--out,-o", replay_options.out, "output file, or - for stdout");
-    replay->add_option("--log-dir", replay_options.log_dir, "log directory (default: data_dir/log)");
+    replay->add_option("--log-dir", replay_options.log_dir,
+                       "log directory (default: data_dir/log)");
 
     firmware::InspectOptions inspect_options;
     auto* inspect = app.add_subcommand("inspect", "show the log, state and outbox");
@@ -81,7 +84,8 @@ int main(int argc, char** argv) {
     advise->add_option("--pipeline", advise_options.pipeline, "pipeline name")->required();
     advise->add_option("--target", advise_options.target_percent,
                        "share of events that must be on time, in percent (default 99.9)");
-    advise->add_option("--log-dir", advise_options.log_dir, "log directory (default: data_dir/log)");
+    advise->add_option("--log-dir", advise_options.log_dir,
+                       "log directory (default: data_dir/log)");
 
     CLI11_PARSE(app, argc, argv);
 

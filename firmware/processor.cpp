@@ -9,7 +9,9 @@ namespace tidemark::firmware {
 namespace {
 // Decode counters live beside the engine's state under their own prefix (the engine's keys all
 // start with 0x01).
-constexpr std::string_view counters_key = "\x02" "decode_counters";
+constexpr std::string_view counters_key =
+    "\x02"
+    "decode_counters";
 }  // namespace
 
 struct Processor::Impl {
@@ -34,8 +36,7 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     }
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
-    return std::unique_ptr<Processor>(
-        new Processor(config, std::move(*engine), std::move(impl)));
+    return std::unique_ptr<Processor>(new Processor(config, std::move(*engine), std::move(impl)));
 }
 
 void Processor::feed(const log::Record& record, ProcessorSink& sink) {
@@ -101,6 +102,8 @@ Result<void> Processor::restore_entry(std::string_view key, std::string_view val
     return {};
 }
 
-Result<void> Processor::restore_finish() { return engine_->restore_finish(); }
+Result<void> Processor::restore_finish() {
+    return engine_->restore_finish();
+}
 
 }  // namespace tidemark::firmware

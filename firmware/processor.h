@@ -23,7 +23,7 @@ struct DecodeCounters {
 
 /// Receives, besides emissions, the records a pipeline could not decode, with the reason.
 class ProcessorSink : public core::EmissionSink {
-public:
+  public:
     virtual void malformed(uint32_t pipeline, const log::Record& record,
                            std::string_view reason) = 0;
 };
@@ -37,7 +37,7 @@ public:
 /// Concurrency: single-threaded, like the engine it owns.
 /// Limits: the engine's; decode scratch is one buffer per pipeline.
 class Processor {
-public:
+  public:
     static Result<std::unique_ptr<Processor>> create(const config::Config& config);
     ~Processor();
 
@@ -55,7 +55,7 @@ public:
     Result<void> restore_entry(std::string_view key, std::string_view value);
     Result<void> restore_finish();
 
-private:
+  private:
     struct Impl;
     Processor(config::Config config, std::unique_ptr<core::Engine> engine,
               std::unique_ptr<Impl> impl);

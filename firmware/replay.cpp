@@ -1,8 +1,8 @@
 // tidemark replay: any config over the retained log, read-only, beside the running service.
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <spdlog/spdlog.h>
 
 #include "adapters/codec/record.h"
 #include "adapters/codec/timestamp.h"
@@ -17,11 +17,12 @@ namespace {
 
 // Writes each result as one JSON line, exactly the record the live run sends upstream.
 class LineSink : public ProcessorSink {
-public:
+  public:
     LineSink(const config::Config& config, std::ostream& out) : config_(config), out_(out) {
         for (const auto& p : config.pipelines) {
             std::vector<std::string> names;
-            for (const auto& a : p.spec.aggregates) names.push_back(a.name);
+            for (const auto& a : p.spec.aggregates)
+                names.push_back(a.name);
             names_.push_back(std::move(names));
         }
     }
@@ -37,7 +38,7 @@ public:
     void malformed(uint32_t, const log::Record&, std::string_view) override { ++malformed_count; }
     uint64_t results = 0, side = 0, malformed_count = 0;
 
-private:
+  private:
     const config::Config& config_;
     std::ostream& out_;
     std::vector<std::vector<std::string>> names_;

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -11,7 +12,6 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "adapters/codec/record.h"
@@ -45,7 +45,7 @@ constexpr int64_t tick_interval_ms = 1000;
 
 // One process per data_dir: a second one would append to the same log and corrupt it.
 class DirLock {
-public:
+  public:
     static Result<DirLock> take(const std::string& dir) {
         const std::string path = dir + "/lock";
         const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -64,7 +64,7 @@ public:
         if (fd_ >= 0) ::close(fd_);
     }
 
-private:
+  private:
     explicit DirLock(int fd) : fd_(fd) {}
     int fd_;
 };
@@ -138,7 +138,9 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     // callback would stall the forwarder that drains the outbox. So a full outbox pauses ingest
     // by disconnecting it (the broker keeps the persistent session's messages) rather than by
     // holding a message; only a log append that fails (disk full) holds one, briefly.
-    auto make_ingest = [&] { return mqtt::Ingest::create(source_broker_options(config), filters, handler); };
+    auto make_ingest = [&] {
+        return mqtt::Ingest::create(source_broker_options(config), filters, handler);
+    };
     auto ingest = make_ingest();
     if (!ingest) return std::unexpected(ingest.error());
 
@@ -149,18 +151,23 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     std::thread ticker([&] {
         std::unique_lock<std::mutex> lk(ticker_mutex);
         int64_t next_sync_ms = steady_ms() + config.storage.fsync_interval_ms;
-        while (!ticker_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ticker_stop; })) {
+        while (
+            !ticker_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ticker_stop; })) {
             if (steady_ms() - last_append_ms.load(std::memory_order_relaxed) >= tick_interval_ms) {
                 std::lock_guard<std::mutex> guard(append_mutex);
                 auto ok = sp.log().append(log::RecordType::tick, wall_ms(), {}, {});
-                if (ok) last_append_ms.store(steady_ms(), std::memory_order_relaxed);
-                else sp.append_failed(ok.error().message);
+                if (ok)
+                    last_append_ms.store(steady_ms(), std::memory_order_relaxed);
+                else
+                    sp.append_failed(ok.error().message);
             }
             // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
             // fdatasyncs a dup of the fd), so ingest never waits for the disk.
-            if (config.storage.fsync == config::FsyncPolicy::interval && steady_ms() >= next_sync_ms) {
+            if (config.storage.fsync == config::FsyncPolicy::interval &&
+                steady_ms() >= next_sync_ms) {
                 next_sync_ms = steady_ms() + config.storage.fsync_interval_ms;
-                if (auto synced = sp.log().sync(); !synced) sp.append_failed(synced.error().message);
+                if (auto synced = sp.log().sync(); !synced)
+                    sp.append_failed(synced.error().message);
             }
         }
     });
@@ -182,7 +189,8 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             return;
         }
         ++ingest_failures;
-        ingest_retry_ms = steady_ms() + std::min<int64_t>(30'000, 500LL << std::min(ingest_failures, 6));
+        ingest_retry_ms =
+            steady_ms() + std::min<int64_t>(30'000, 500LL << std::min(ingest_failures, 6));
         spdlog::warn("ingest: {} (retrying)", started.error().message);
     };
     try_start_ingest();
@@ -251,8 +259,9 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     if (sp.can_checkpoint()) {
         if (auto ok = sp.checkpoint(); !ok) result = ok;
     } else {
-        spdlog::warn("stopping with emissions the outbox could not take; they are regenerated "
-                     "from the log on the next start");
+        spdlog::warn(
+            "stopping with emissions the outbox could not take; they are regenerated "
+            "from the log on the next start");
     }
     sp.stop_clients();
     spdlog::info("stopped");

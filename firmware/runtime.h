@@ -30,7 +30,6 @@ struct Signals {
 /// write transactions.
 /// Limits: see DESIGN.md section 5; back-pressure on ingest when the log or the outbox cannot
 /// take more.
-Result<void> run_service(const config::Config& config, const RunOptions& options,
-                         Signals& signals);
+Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals);
 
 }  // namespace tidemark::firmware

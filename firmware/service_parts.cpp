@@ -1,9 +1,9 @@
 #include "firmware/service_parts.h"
 
+#include <spdlog/spdlog.h>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "adapters/codec/record.h"
 #include "adapters/codec/topic.h"
@@ -37,9 +37,12 @@ int64_t steady_ms() {
 
 log::FsyncPolicy to_log(config::FsyncPolicy p) {
     switch (p) {
-        case config::FsyncPolicy::always: return log::FsyncPolicy::always;
-        case config::FsyncPolicy::interval: return log::FsyncPolicy::interval;
-        case config::FsyncPolicy::never: return log::FsyncPolicy::never;
+        case config::FsyncPolicy::always:
+            return log::FsyncPolicy::always;
+        case config::FsyncPolicy::interval:
+            return log::FsyncPolicy::interval;
+        case config::FsyncPolicy::never:
+            return log::FsyncPolicy::never;
     }
     return log::FsyncPolicy::interval;
 }
@@ -55,11 +58,12 @@ uint64_t rss_kib() {
 // Emissions become outbox rows (the JSON record as sent upstream); side output and undecodable
 // records become side rows.
 class BatchSink : public ProcessorSink {
-public:
+  public:
     explicit BatchSink(const config::Config& config) : config_(config) {
         for (const auto& p : config.pipelines) {
             std::vector<std::string> names;
-            for (const auto& a : p.spec.aggregates) names.push_back(a.name);
+            for (const auto& a : p.spec.aggregates)
+                names.push_back(a.name);
             aggregate_names_.push_back(std::move(names));
         }
     }
@@ -78,8 +82,7 @@ public:
     }
     void side_output(const core::SideOutput& s) override {
         std::string out;
-        codec::encode_side_output(config_.node_id, config_.pipelines[s.pipeline].spec.name, s,
-                                  out);
+        codec::encode_side_output(config_.node_id, config_.pipelines[s.pipeline].spec.name, s, out);
         side.push_back(std::move(out));
     }
     void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override {
@@ -94,13 +97,13 @@ public:
     std::vector<lmdb::OutboxRow> rows;
     std::vector<std::string> side;
 
-private:
+  private:
     const config::Config& config_;
     std::vector<std::vector<std::string>> aggregate_names_;
 };
 
 class OutboxAdapter : public mqtt::OutboxSource {
-public:
+  public:
     OutboxAdapter(lmdb::Store& store, const config::Config& config)
         : store_(store), config_(config) {}
     Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
@@ -122,7 +125,7 @@ public:
     }
     void claimed(uint64_t seq_next) override { store_.set_claimed(seq_next); }
 
-private:
+  private:
     lmdb::Store& store_;
     const config::Config& config_;
 };
@@ -196,8 +199,9 @@ struct ServiceParts::Impl {
     Result<bool> flush() {
         if (!sink->side.empty()) {
             auto ok = store->side_append(sink->side);
-            if (!ok) spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
-                                  sink->side.size());
+            if (!ok)
+                spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
+                             sink->side.size());
             sink->side.clear();
         }
         if (sink->rows.empty()) {
@@ -210,7 +214,8 @@ struct ServiceParts::Impl {
             auto side = store->side_peek(0, 100'000);
             if (side && !side->empty()) {
                 std::vector<uint64_t> seqs;
-                for (const auto& r : *side) seqs.push_back(r.seq);
+                for (const auto& r : *side)
+                    seqs.push_back(r.seq);
                 (void)store->side_delete(seqs);
             }
             appended = store->outbox_append(sink->rows);
@@ -223,11 +228,19 @@ struct ServiceParts::Impl {
             return true;
         }
         switch (appended.error().code) {
-            case lmdb::errc::full: set_outbox_alarm("outbox_full"); return false;
-            case lmdb::errc::map_full: set_outbox_alarm("map_full"); return false;
-            case lmdb::errc::disk_full: set_outbox_alarm("disk_full"); return false;
-            case lmdb::errc::busy: return false;
-            default: return fail("outbox: " + appended.error().message);
+            case lmdb::errc::full:
+                set_outbox_alarm("outbox_full");
+                return false;
+            case lmdb::errc::map_full:
+                set_outbox_alarm("map_full");
+                return false;
+            case lmdb::errc::disk_full:
+                set_outbox_alarm("disk_full");
+                return false;
+            case lmdb::errc::busy:
+                return false;
+            default:
+                return fail("outbox: " + appended.error().message);
         }
     }
 
@@ -245,7 +258,9 @@ struct ServiceParts::Impl {
 };
 
 ServiceParts::ServiceParts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ServiceParts::~ServiceParts() { stop_clients(); }
+ServiceParts::~ServiceParts() {
+    stop_clients();
+}
 
 Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& config) {
     auto impl = std::make_unique<Impl>();
@@ -343,7 +358,9 @@ Result<uint64_t> ServiceParts::recover() {
     return replayed;
 }
 
-uint64_t ServiceParts::checkpoint_offset() const { return impl_->checkpoint_offset; }
+uint64_t ServiceParts::checkpoint_offset() const {
+    return impl_->checkpoint_offset;
+}
 
 Result<size_t> ServiceParts::step(size_t records_max, bool drain) {
     Impl& m = *impl_;
@@ -371,7 +388,9 @@ Result<size_t> ServiceParts::step(size_t records_max, bool drain) {
     return n;
 }
 
-bool ServiceParts::can_checkpoint() const { return impl_->sink->rows.empty(); }
+bool ServiceParts::can_checkpoint() const {
+    return impl_->sink->rows.empty();
+}
 
 Result<void> ServiceParts::checkpoint() {
     Impl& m = *impl_;
@@ -392,8 +411,7 @@ Result<void> ServiceParts::checkpoint() {
     meta.config_fingerprint = m.config.node_id;
     auto committed = (*txn)->commit(meta);
     if (!committed) {
-        if (committed.error().code == lmdb::errc::map_full)
-            m.set_outbox_alarm("map_full");
+        if (committed.error().code == lmdb::errc::map_full) m.set_outbox_alarm("map_full");
         return fail("checkpoint: " + committed.error().message);
     }
     m.checkpoint_offset = m.consumed_offset;
@@ -408,11 +426,21 @@ Result<void> ServiceParts::checkpoint() {
     return {};
 }
 
-log::LogWriter& ServiceParts::log() { return *impl_->writer; }
-lmdb::Store& ServiceParts::store() { return *impl_->store; }
-mqtt::RedeliveryFilter& ServiceParts::redelivery_filter() { return impl_->filter; }
-bool ServiceParts::ingest_paused() const { return impl_->paused.load(); }
-void ServiceParts::count_redelivery_skipped() { ++impl_->redeliveries_skipped; }
+log::LogWriter& ServiceParts::log() {
+    return *impl_->writer;
+}
+lmdb::Store& ServiceParts::store() {
+    return *impl_->store;
+}
+mqtt::RedeliveryFilter& ServiceParts::redelivery_filter() {
+    return impl_->filter;
+}
+bool ServiceParts::ingest_paused() const {
+    return impl_->paused.load();
+}
+void ServiceParts::count_redelivery_skipped() {
+    ++impl_->redeliveries_skipped;
+}
 void ServiceParts::append_failed(const std::string& message) {
     ++impl_->append_errors;
     std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
@@ -479,8 +507,8 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         const DecodeCounters& d = m.processor->decode_counters()[i];
         json p;
         p["watermark_ms"] = s.watermark_ms;
-        p["watermark_lag_ms"] = s.watermark_ms == INT64_MIN ? json(nullptr)
-                                                            : json(s.ingest_ms - s.watermark_ms);
+        p["watermark_lag_ms"] =
+            s.watermark_ms == INT64_MIN ? json(nullptr) : json(s.ingest_ms - s.watermark_ms);
         p["events_in"] = s.events_in;
         p["late_updated"] = s.late_updated;
         p["too_late"] = s.too_late;
@@ -523,15 +551,17 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     in["malformed_records"] = m.processor->malformed_records();
     h["ingest"] = in;
     const log::LogStats ls = m.writer->stats();
-    h["log"] = {{"bytes", ls.total_bytes},          {"segments", ls.segments},
-                {"first_offset", ls.first_offset},  {"end_offset", ls.end_offset},
-                {"durable_offset", ls.durable_offset},
-                {"engine_offset", m.consumed_offset},
-                {"oldest_ingest_ms", ls.oldest_ingest_ms == log::ingest_ms_unknown
-                                         ? json(nullptr)
-                                         : json(ls.oldest_ingest_ms)},
-                {"records_appended", ls.records_appended},
-                {"tail_truncations", ls.tail_truncations}};
+    h["log"] = {
+        {"bytes", ls.total_bytes},
+        {"segments", ls.segments},
+        {"first_offset", ls.first_offset},
+        {"end_offset", ls.end_offset},
+        {"durable_offset", ls.durable_offset},
+        {"engine_offset", m.consumed_offset},
+        {"oldest_ingest_ms",
+         ls.oldest_ingest_ms == log::ingest_ms_unknown ? json(nullptr) : json(ls.oldest_ingest_ms)},
+        {"records_appended", ls.records_appended},
+        {"tail_truncations", ls.tail_truncations}};
     h["checkpoint"] = {{"count", m.checkpoints},
                        {"age_ms", m.checkpoint_wall_ms ? wall_ms() - m.checkpoint_wall_ms : -1},
                        {"duration_ms", m.checkpoint_duration_ms},
@@ -561,9 +591,12 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     h["rss_kib"] = rss_kib();
     std::string text = h.dump(-1, ' ', false, json::error_handler_t::replace);
     std::string status;
-    if (!alarms.empty()) status = "alarm: " + alarms[0].get<std::string>();
-    else if (m.forwarder && !m.forwarder->stats().link_up) status = "running, upstream offline";
-    else status = "running";
+    if (!alarms.empty())
+        status = "alarm: " + alarms[0].get<std::string>();
+    else if (m.forwarder && !m.forwarder->stats().link_up)
+        status = "running, upstream offline";
+    else
+        status = "running";
     h["alarms"] = alarms;
     text = h.dump(-1, ' ', false, json::error_handler_t::replace);
     std::lock_guard<std::mutex> lk(m.health_mutex);
@@ -599,10 +632,12 @@ void ServiceParts::reload(const std::string& config_path, Notifier& notifier) {
             needs_restart.push_back("pipelines/" + std::to_string(i));
     if (!needs_restart.empty()) {
         std::string list;
-        for (const auto& s : needs_restart) list += (list.empty() ? "" : ", ") + s;
-        spdlog::warn("reload: {} changed; these need a restart (systemctl restart tidemark), "
-                     "the running config stays",
-                     list);
+        for (const auto& s : needs_restart)
+            list += (list.empty() ? "" : ", ") + s;
+        spdlog::warn(
+            "reload: {} changed; these need a restart (systemctl restart tidemark), "
+            "the running config stays",
+            list);
         notifier.status("reload refused: " + list + " need a restart");
     } else {
         spdlog::set_level(spdlog::level::from_str(loaded->log_level));

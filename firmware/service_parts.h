@@ -43,7 +43,7 @@ mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
 /// count_redelivery_skipped(), append_failed() and the health snapshot runs on the engine
 /// thread. The ingest callback uses those.
 class ServiceParts {
-public:
+  public:
     static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config);
     ~ServiceParts();
 
@@ -74,7 +74,7 @@ public:
     void reload(const std::string& config_path, Notifier& notifier);
     void stop_clients();
 
-private:
+  private:
     struct Impl;
     explicit ServiceParts(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

@@ -44,7 +44,8 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const unsi
         n -= 8;
     }
     uint32_t c32 = static_cast<uint32_t>(c);
-    while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+    while (n-- > 0)
+        c32 = _mm_crc32_u8(c32, *p++);
     return ~c32;
 }
 

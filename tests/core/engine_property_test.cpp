@@ -301,7 +301,8 @@ TEST_CASE("property 6: restoring a snapshot and feeding the rest equals the unin
                 for (const auto& [k, v] : chained.data)
                     REQUIRE(third.engine->restore_entry(k, v));
                 REQUIRE(third.engine->restore_finish());
-                for (; j < in.size(); ++j) third.feed(in[j]);
+                for (; j < in.size(); ++j)
+                    third.feed(in[j]);
                 third.finish();
                 CHECK(first.rec.text() + second.rec.text() + third.rec.text() == whole.rec.text());
 

@@ -13,7 +13,8 @@ TEST_CASE("crc32c: the standard check value, and the hardware path equals the ta
     std::mt19937 rng(7);
     for (int len = 0; len < 300; ++len) {
         std::string s(static_cast<size_t>(len), '\0');
-        for (char& c : s) c = static_cast<char>(rng());
+        for (char& c : s)
+            c = static_cast<char>(rng());
         INFO("length " << len);
         CHECK(crc32c(0, s) == crc32c_portable(0, s));
         // Chained: the CRC of a concatenation continues from the first part's.
