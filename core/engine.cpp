@@ -324,7 +324,6 @@ class Pipeline {
         if (now_ms <= now_ms_) return;
         now_ms_ = now_ms;
         stats_.ingest_ms = now_ms;
-        meta_dirty_ = true;
         const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
         while (active_head_ && sat_add(active_head_->last_ingest_ms, idle_timeout) <= now_ms) {
             Partition* p = active_head_;
@@ -368,7 +367,6 @@ class Pipeline {
     void process(const Event& event, EmissionSink& sink) {
         if (event.ingest_ms > now_ms_) advance(event.ingest_ms, sink);
         ++stats_.events_in;
-        meta_dirty_ = true;
         int64_t t = event.event_ms;
         int64_t lag_ms;
         if (__builtin_sub_overflow(event.ingest_ms, t, &lag_ms))
@@ -460,16 +458,16 @@ class Pipeline {
                 KeyState* k = find_key(name);
                 if (k) write_key(w, *k, false, value);
             }
-            for (Partition* p : dirty_partitions_)
+            for (Partition* p : dirty_partitions_) {
                 write_partition(w, *p, value);
+                p->dirty = false;
+            }
         }
         erased_.clear();
         dirty_keys_.clear();
         dirty_partitions_.clear();
-        for (Partition* p : partition_list_)
-            p->dirty = false;
+        // The meta record (watermark, counters) changes with every record: always written.
         write_meta(w, value);
-        meta_dirty_ = false;
     }
 
     Result<void> restore_entry(std::string_view rest, std::string_view value) {
@@ -965,7 +963,7 @@ class Pipeline {
         mark_dirty(*k);
         const bool late = wm != time_min && slice_first_window_start(s) + size_ms_ <= wm;
         if (late) {
-            if (refire_late(*k, t, wm, d, sink)) ++stats_.late_updated;
+            if (refire_late(*k, t, wm, sink)) ++stats_.late_updated;
             k->fired_through_ms = std::max(k->fired_through_ms, wm);
             k->meta_dirty = true;
             reschedule(*k);
@@ -976,8 +974,7 @@ class Pipeline {
 
     // A late event inside the horizon: every window holding it that already closed is emitted
     // again, as the next revision (or as its first result if it had none when it closed).
-    bool refire_late(KeyState& k, int64_t t, int64_t wm, Domain& d, EmissionSink& sink) {
-        (void)d;
+    bool refire_late(KeyState& k, int64_t t, int64_t wm, EmissionSink& sink) {
         bool any = false;
         for (int64_t ws = first_window_start(t); ws <= last_window_start(t); ws += advance_ms_) {
             const int64_t end = ws + size_ms_;
@@ -1373,7 +1370,6 @@ class Pipeline {
     std::vector<std::pair<std::pair<int64_t, int64_t>, uint64_t>> too_late_windows_;
 
     bool tracking_ = false;
-    bool meta_dirty_ = true;
     std::vector<std::string> dirty_keys_;
     std::vector<Partition*> dirty_partitions_;
     std::vector<std::string> erased_;

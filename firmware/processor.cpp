@@ -14,6 +14,17 @@ constexpr std::string_view counters_key =
     "decode_counters";
 }  // namespace
 
+std::vector<std::vector<std::string>> aggregate_names(const config::Config& config) {
+    std::vector<std::vector<std::string>> out;
+    for (const config::PipelineConfig& p : config.pipelines) {
+        std::vector<std::string> names;
+        for (const core::AggregateSpec& a : p.spec.aggregates)
+            names.push_back(a.name);
+        out.push_back(std::move(names));
+    }
+    return out;
+}
+
 struct Processor::Impl {
     std::vector<codec::Decoder> decoders;
     codec::DecodedEvent scratch;

@@ -21,6 +21,9 @@ struct DecodeCounters {
     uint64_t fields_missing = 0;  // events with a field absent or not a number (kept, NaN)
 };
 
+/// The aggregate names of each pipeline, in config order: what encode_result() labels values by.
+std::vector<std::vector<std::string>> aggregate_names(const config::Config& config);
+
 /// Receives, besides emissions, the records a pipeline could not decode, with the reason.
 class ProcessorSink : public core::EmissionSink {
   public:

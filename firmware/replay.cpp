@@ -18,14 +18,8 @@ namespace {
 // Writes each result as one JSON line, exactly the record the live run sends upstream.
 class LineSink : public ProcessorSink {
   public:
-    LineSink(const config::Config& config, std::ostream& out) : config_(config), out_(out) {
-        for (const auto& p : config.pipelines) {
-            std::vector<std::string> names;
-            for (const auto& a : p.spec.aggregates)
-                names.push_back(a.name);
-            names_.push_back(std::move(names));
-        }
-    }
+    LineSink(const config::Config& config, std::ostream& out)
+        : config_(config), out_(out), names_(aggregate_names(config)) {}
     void emit(const core::Emission& e) override {
         line_.clear();
         codec::encode_result(config_.node_id, config_.pipelines[e.pipeline].spec.name,

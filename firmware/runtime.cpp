@@ -73,7 +73,6 @@ class DirLock {
 
 Result<void> run_service(const config::Config& config, const RunOptions& options,
                          Signals& signals) {
-    (void)options;
     Notifier notifier;
     notifier.status("recovering");
     std::error_code ec;

@@ -59,14 +59,8 @@ uint64_t rss_kib() {
 // records become side rows.
 class BatchSink : public ProcessorSink {
   public:
-    explicit BatchSink(const config::Config& config) : config_(config) {
-        for (const auto& p : config.pipelines) {
-            std::vector<std::string> names;
-            for (const auto& a : p.spec.aggregates)
-                names.push_back(a.name);
-            aggregate_names_.push_back(std::move(names));
-        }
-    }
+    explicit BatchSink(const config::Config& config)
+        : config_(config), aggregate_names_(aggregate_names(config)) {}
     void emit(const core::Emission& e) override {
         lmdb::OutboxRow row;
         row.id = e.id;
@@ -190,7 +184,6 @@ struct ServiceParts::Impl {
     mutable std::mutex alarm_mutex;
     std::string append_error;  // the latest log append failure, for health
     std::string outbox_alarm;  // outbox_full | map_full | disk_full, while it lasts
-    uint64_t emitted_rows = 0;
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";
@@ -221,7 +214,6 @@ struct ServiceParts::Impl {
             appended = store->outbox_append(sink->rows);
         }
         if (appended) {
-            emitted_rows += sink->rows.size();
             sink->rows.clear();
             set_outbox_alarm("");
             if (forwarder) forwarder->notify();
