@@ -6,12 +6,17 @@
 //  2. forward.drain_rows_per_s: the whole in-memory outbox (--rows, default 1M rows of ~200
 //     byte JSON) drained at QoS1, rows deleted on PUBACK, first ack -> last delete;
 //  3. forward.qos0_msgs_per_s: the same rows through the same forwarder at QoS0, same broker;
-//  4. forward.ratio = drain / qos0.
+//  4. forward.ratio = drain / qos0;
+//  5. the CPU each side spent per row (the broker's from /proc/PID/stat, ours from getrusage):
+//     both runs are bound by the broker's one thread, so forward.ratio_ceiling =
+//     broker CPU per QoS0 row / broker CPU per QoS1 row is the best ratio any client could
+//     reach against this broker on this machine.
 // Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,7 +28,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +107,20 @@ class Mosquitto {
             std::this_thread::sleep_for(1ms);
         }
         return Clock::now();
+    }
+    // CPU seconds the broker process has used so far (user + system).
+    double cpu_s() const {
+        std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        std::istringstream rest(text.substr(text.rfind(')') + 2));
+        std::string field;
+        unsigned long long utime = 0, stime = 0;
+        for (int i = 3; i <= 15 && rest >> field; ++i) {
+            if (i == 14) utime = std::stoull(field);
+            if (i == 15) stime = std::stoull(field);
+        }
+        return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
     }
     void stop() {
         if (pid_ <= 0) return;
@@ -198,7 +219,19 @@ tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_in
 struct Drain {
     double rows_per_s = 0;
     double first_row_ms = 0;
+    double first_row_after_connect_ms = 0;
+    double broker_cpu_us_per_row = 0;
+    double client_cpu_us_per_row = 0;
 };
+
+double own_cpu_s() {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+    };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 // Runs one forwarder over a fresh outbox of `rows`; when `outage` is set the broker is down at
 // start and comes back after outage_ms.
@@ -221,10 +254,14 @@ Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_infligh
     }
     // first_row_after_reconnect_ms counts from the connect; we want from broker availability.
     Clock::time_point first_ack{};
+    double broker_cpu_at_first_ack = 0;
+    double own_cpu_at_first_ack = 0;
     const auto deadline = Clock::now() + std::chrono::seconds(30 + rows / 2000);
     while (!outbox.drained()) {
         if (first_ack == Clock::time_point{} && (*forwarder)->stats().acks > 0) {
             first_ack = Clock::now();
+            broker_cpu_at_first_ack = broker.cpu_s();
+            own_cpu_at_first_ack = own_cpu_s();
         }
         if (Clock::now() > deadline) {
             die("drain did not finish: " + std::to_string(outbox.deleted()) + " of " +
@@ -233,9 +270,15 @@ Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_infligh
         }
         std::this_thread::sleep_for(first_ack == Clock::time_point{} ? 1ms : 10ms);
     }
+    const double broker_cpu_s = broker.cpu_s() - broker_cpu_at_first_ack;
+    const double own_cpu = own_cpu_s() - own_cpu_at_first_ack;
     const auto stats = (*forwarder)->stats();
     (*forwarder)->stop(2s);
     Drain result;
+    result.broker_cpu_us_per_row = broker_cpu_s * 1e6 / static_cast<double>(rows);
+    result.client_cpu_us_per_row = own_cpu * 1e6 / static_cast<double>(rows);
+    result.first_row_after_connect_ms =
+        static_cast<double>(stats.first_row_after_reconnect_ms.value_or(-1));
     result.first_row_ms = std::chrono::duration<double, std::milli>(first_ack - available).count();
     // The drain rate is taken from the first acknowledgement: the wait before it (backoff) is
     // first_row_ms.
@@ -293,5 +336,12 @@ int main(int argc, char** argv) {
     std::printf("forward.qos0_msgs_per_s: %.0f msgs/s\n", qos0.rows_per_s);
     std::printf("forward.ratio: %.2f ratio\n", qos1.rows_per_s / qos0.rows_per_s);
     std::printf("forward.first_row_ms: %.0f ms\n", qos1.first_row_ms);
+    std::printf("forward.first_row_after_connect_ms: %.0f ms\n", qos1.first_row_after_connect_ms);
+    std::printf("forward.broker_cpu_us_per_row_qos1: %.1f us\n", qos1.broker_cpu_us_per_row);
+    std::printf("forward.broker_cpu_us_per_row_qos0: %.1f us\n", qos0.broker_cpu_us_per_row);
+    std::printf("forward.client_cpu_us_per_row_qos1: %.1f us\n", qos1.client_cpu_us_per_row);
+    std::printf("forward.client_cpu_us_per_row_qos0: %.1f us\n", qos0.client_cpu_us_per_row);
+    std::printf("forward.ratio_ceiling: %.2f ratio\n",
+                qos0.broker_cpu_us_per_row / qos1.broker_cpu_us_per_row);
     return 0;
 }

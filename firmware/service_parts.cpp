@@ -124,6 +124,47 @@ class OutboxAdapter : public mqtt::OutboxSource {
     const config::Config& config_;
 };
 
+// Side output (too-late events, undecodable records) goes upstream on side_topic, after the
+// results (the forwarder reads this source only when the outbox has nothing to send).
+class SideAdapter : public mqtt::OutboxSource {
+  public:
+    SideAdapter(lmdb::Store& store, const config::Config& config)
+        : store_(store), config_(config) {}
+    Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
+        auto rows = store_.side_peek(from_seq, limit);
+        if (!rows) return fail(rows.error().message);
+        std::vector<mqtt::OutboundRow> out;
+        out.reserve(rows->size());
+        for (auto& r : *rows) {
+            // The record names its pipeline and key (codec::encode_side_output, or the
+            // malformed-record form above); a record that does not parse still goes, keyless.
+            std::string pipeline, key;
+            const auto j = nlohmann::json::parse(r.record, nullptr, /*allow_exceptions=*/false);
+            if (j.is_object()) {
+                if (auto it = j.find("pipeline"); it != j.end() && it->is_string())
+                    pipeline = it->get<std::string>();
+                if (auto it = j.find("key"); it != j.end() && it->is_string())
+                    key = it->get<std::string>();
+            }
+            out.push_back({r.seq,
+                           codec::expand_topic_template(config_.upstream->side_topic,
+                                                        config_.node_id, pipeline, key),
+                           std::move(r.record)});
+        }
+        return out;
+    }
+    Result<void> delivered(std::span<const uint64_t> seqs) override {
+        auto ok = store_.side_delete(seqs);
+        if (!ok) return fail(ok.error().message);
+        return {};
+    }
+    void claimed(uint64_t) override {}  // side rows are never compacted
+
+  private:
+    lmdb::Store& store_;
+    const config::Config& config_;
+};
+
 }  // namespace
 
 mqtt::BrokerOptions source_broker_options(const config::Config& config) {
@@ -167,6 +208,7 @@ struct ServiceParts::Impl {
     std::unique_ptr<BatchSink> sink;
     mqtt::RedeliveryFilter filter;
     std::unique_ptr<OutboxAdapter> outbox_source;
+    std::unique_ptr<SideAdapter> side_source;
     std::unique_ptr<mqtt::Forwarder> forwarder;
     std::unique_ptr<mqtt::HealthPublisher> health;
 
@@ -195,12 +237,17 @@ struct ServiceParts::Impl {
             if (!ok)
                 spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
                              sink->side.size());
+            else if (forwarder && sink->rows.empty())
+                forwarder->notify();
             sink->side.clear();
         }
         if (sink->rows.empty()) {
             set_outbox_alarm("");
             return true;
         }
+        const int64_t now_ms = wall_ms();
+        for (auto& row : sink->rows)
+            if (row.enqueued_ms == 0) row.enqueued_ms = now_ms;
         auto appended = store->outbox_append(sink->rows);
         if (!appended && appended.error().code == lmdb::errc::map_full) {
             // Trim what may go (side output is diagnostic), then try once more.
@@ -452,10 +499,14 @@ Result<void> ServiceParts::start_forwarder() {
     Impl& m = *impl_;
     if (!m.config.upstream) return {};
     m.outbox_source = std::make_unique<OutboxAdapter>(*m.store, m.config);
+    m.side_source = std::make_unique<SideAdapter>(*m.store, m.config);
     mqtt::ForwarderOptions fo;
     fo.broker = upstream_broker_options(m.config);
     fo.qos = m.config.upstream->qos;
-    auto fwd = mqtt::Forwarder::create(fo, *m.outbox_source);
+    fo.reconnect_delay_min_ms = config::UpstreamConfig::reconnect_min_ms;
+    fo.reconnect_delay_max_ms = m.config.upstream->reconnect_max_ms;
+    auto fwd = mqtt::Forwarder::create(
+        fo, std::vector<mqtt::OutboxSource*>{m.outbox_source.get(), m.side_source.get()});
     if (!fwd) return std::unexpected(fwd.error());
     m.forwarder = std::move(*fwd);
     return m.forwarder->start();
@@ -559,12 +610,16 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
                        {"duration_ms", m.checkpoint_duration_ms},
                        {"log_offset", m.checkpoint_offset}};
     if (auto os = m.store->outbox_stats()) {
-        h["outbox"] = {{"rows", os->rows},
-                       {"bytes", os->bytes},
-                       {"oldest_seq", os->oldest_seq},
-                       {"dropped", os->dropped},
-                       {"compacted", os->compacted},
-                       {"duplicates_skipped", os->duplicates_skipped}};
+        h["outbox"] = {
+            {"rows", os->rows},
+            {"bytes", os->bytes},
+            {"oldest_seq", os->oldest_seq},
+            {"oldest_age_ms", os->oldest_enqueued_ms > 0
+                                  ? json(std::max<int64_t>(wall_ms() - os->oldest_enqueued_ms, 0))
+                                  : json(nullptr)},
+            {"dropped", os->dropped},
+            {"compacted", os->compacted},
+            {"duplicates_skipped", os->duplicates_skipped}};
     }
     if (m.forwarder) {
         const mqtt::ForwarderStats fs = m.forwarder->stats();
@@ -573,11 +628,17 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
                          {"acks", fs.acks},
                          {"reconnects", fs.reconnects},
                          {"inflight", fs.inflight},
+                         {"rejected", fs.rejected},
+                         {"first_row_after_reconnect_ms",
+                          fs.first_row_after_reconnect_ms ? json(*fs.first_row_after_reconnect_ms)
+                                                          : json(nullptr)},
                          {"offline_since_ms", fs.offline_since_ms},
                          {"last_error", fs.last_error}};
     } else {
         h["upstream"] = {{"configured", false}};
     }
+    if (auto ss = m.store->side_stats())
+        h["side"] = {{"rows", ss->rows}, {"bytes", ss->bytes}, {"dropped", ss->dropped}};
     if (auto used = m.store->map_used_bytes())
         h["map"] = {{"used_bytes", *used}, {"size_bytes", m.store->map_size_bytes()}};
     h["rss_kib"] = rss_kib();

@@ -7,7 +7,7 @@ TIDEMARK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TIDEMARK_PACKAGES=(
   build-essential cmake pkg-config
   liblmdb-dev lmdb-utils
-  libpaho-mqttpp-dev libpaho-mqtt-dev
+  libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev libsimdjson-dev
   libsystemd-dev systemd
   mosquitto mosquitto-clients

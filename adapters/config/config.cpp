@@ -648,7 +648,7 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
     if (!c.expect_object(*j, p, R"({"uri": "ssl://cloud.example:8883"})")) return;
     c.check_keys(*j, p,
                  {"uri", "client_id", "username", "password_file", "tls", "topic", "side_topic",
-                  "qos", "max_inflight", "outbox", "compact_superseded"});
+                  "qos", "max_inflight", "outbox", "compact_superseded", "reconnect_max"});
     UpstreamConfig up;
     if (c.read_string(*j, p, "uri", up.uri,
                       "the broker results go to, e.g. \"ssl://cloud.example:8883\"")) {
@@ -671,6 +671,13 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
         up.max_inflight = static_cast<uint32_t>(value);
     }
     c.read_bool(*j, p, "compact_superseded", up.compact_superseded);
+    if (c.read_duration(*j, p, "reconnect_max", up.reconnect_max_ms, true) &&
+        (up.reconnect_max_ms < UpstreamConfig::reconnect_min_ms ||
+         up.reconnect_max_ms > UpstreamConfig::reconnect_max_ms_limit)) {
+        c.error(p + "/reconnect_max",
+                "must be between 250ms and 1h: the longest wait between two connect attempts, "
+                "and so the longest a recovered link stays unused");
+    }
     if (const Json* o = Checker::member(*j, "outbox")) {
         std::string op = p + "/outbox";
         if (c.expect_object(*o, op, R"({"max_bytes": "256MiB", "when_full": "drop_oldest"})")) {

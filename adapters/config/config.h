@@ -97,6 +97,12 @@ struct UpstreamConfig {
     uint32_t max_inflight = 64;
     OutboxConfig outbox;
     bool compact_superseded = false;
+    /// Reconnect backoff: from reconnect_min_ms doubling up to this, each wait jittered down to
+    /// half (forwarder.h). The default keeps the first row within 2 s of the broker's return;
+    /// a large fleet on one broker may want more, to spread its reconnects.
+    int64_t reconnect_max_ms = 1'500;
+    static constexpr int64_t reconnect_min_ms = 250;
+    static constexpr int64_t reconnect_max_ms_limit = 3'600'000;
 };
 
 struct HealthConfig {

@@ -112,6 +112,7 @@ std::string encode_row(const OutboxRow& row) {
     bytes::put_u32(out, row.revision);
     bytes::put_u32(out, row.kind);
     bytes::put_str(out, row.payload);
+    bytes::put_i64(out, row.enqueued_ms);  // format version 2
     return out;
 }
 
@@ -129,9 +130,11 @@ bool decode_row(std::string_view in, uint64_t seq, OutboxRow& row) {
     bool ok = bytes::get_u64(in, row.id) && get_str(in, row.pipeline) && get_str(in, row.key) &&
               bytes::get_i64(in, row.window_start_ms) && bytes::get_i64(in, row.window_end_ms) &&
               bytes::get_u32(in, row.revision) && bytes::get_u32(in, kind) &&
-              get_str(in, row.payload) && in.empty() && kind <= 2;
+              get_str(in, row.payload) && kind <= 2;
     row.kind = static_cast<uint8_t>(kind);
-    return ok;
+    row.enqueued_ms = 0;  // a row written by format version 1: unknown
+    if (ok && !in.empty()) ok = bytes::get_i64(in, row.enqueued_ms);
+    return ok && in.empty();
 }
 
 // The compaction index key; nullopt when it would exceed LMDB's key limit (no compaction then).
@@ -524,9 +527,12 @@ StoreResult<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
     } else {
         auto r = impl.write<void>("initialising", [&](MDB_txn* txn) -> StoreResult<void> {
             if (auto o = open_dbs(txn, MDB_CREATE); !o) return o;
-            if (!fresh) return {};
+            // An older store is read as it is and from now on written in this version's format
+            // (version 1 -> 2: outbox rows gain their enqueue time), so an older tidemark
+            // refuses it rather than misreading it.
             if (auto p = impl.put_u64(txn, meta_format_version, format_version, "initialising"); !p)
                 return p;
+            if (!fresh) return {};
             if (auto p = impl.put_u64(txn, meta_outbox_seq_next, seq_first, "initialising"); !p)
                 return p;
             return impl.put_u64(txn, meta_side_seq_next, seq_first, "initialising");
@@ -980,7 +986,12 @@ StoreResult<OutboxStats> Store::outbox_stats() {
                 return std::unexpected(impl_->error(rc, "reading outbox stats"));
             MDB_val k, v;
             int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-            if (rc == 0) s.oldest_seq = from_be64(view(k));
+            if (rc == 0) {
+                s.oldest_seq = from_be64(view(k));
+                OutboxRow oldest;
+                if (decode_row(view(v), s.oldest_seq, oldest))
+                    s.oldest_enqueued_ms = oldest.enqueued_ms;
+            }
             mdb_cursor_close(cur);
             if (rc != 0 && rc != MDB_NOTFOUND)
                 return std::unexpected(impl_->error(rc, "reading outbox stats"));

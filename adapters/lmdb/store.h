@@ -59,8 +59,8 @@ class Store {
 
     const std::string& dir() const { return options_.dir; }
     bool read_only() const { return options_.read_only; }
-    static constexpr uint64_t format_version = 1;
-    static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
+    static constexpr uint64_t format_version = 2;  // 2: outbox rows carry enqueued_ms
+    static constexpr size_t max_key_bytes = 511;   // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
 

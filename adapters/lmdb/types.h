@@ -76,9 +76,10 @@ struct OutboxRow {
     std::string key;
     int64_t window_start_ms = 0;
     int64_t window_end_ms = 0;
-    uint32_t revision = 0;  // for a retract: the revision it cancels
-    uint8_t kind = 0;       // OutboxKind: 0 final, 1 update, 2 retract
-    std::string payload;    // the JSON record as sent upstream
+    uint32_t revision = 0;    // for a retract: the revision it cancels
+    uint8_t kind = 0;         // OutboxKind: 0 final, 1 update, 2 retract
+    int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
+    std::string payload;      // the JSON record as sent upstream
 
     bool operator==(const OutboxRow&) const = default;
 };
@@ -93,8 +94,9 @@ struct AppendResult {
 /// Counters are durable (kept in the meta database) and cumulative over the store's life.
 struct OutboxStats {
     uint64_t rows = 0;
-    uint64_t bytes = 0;       // the bound's measure: encoded row bytes, see outbox_bytes_max
-    uint64_t oldest_seq = 0;  // 0 when empty
+    uint64_t bytes = 0;              // the bound's measure: encoded row bytes, see outbox_bytes_max
+    uint64_t oldest_seq = 0;         // 0 when empty
+    int64_t oldest_enqueued_ms = 0;  // the oldest row's enqueued_ms; 0 when empty or unknown
     uint64_t seq_next = 0;
     uint64_t dropped = 0;
     uint64_t duplicates_skipped = 0;

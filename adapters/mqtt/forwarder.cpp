@@ -1,11 +1,16 @@
 #include "adapters/mqtt/forwarder.h"
 
-#include <mqtt/async_client.h>
+#include <mosquitto.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -28,33 +33,50 @@ int64_t ms_between(Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration_cast<milliseconds>(to - from).count();
 }
 
-// One line per state change, never per row.
-void log_line(const std::string& client_id, const std::string& text) {
-    spdlog::warn("forwarder [{}]: {}", client_id, text);
+// libmosquitto's global set-up (OpenSSL, sockets) is not thread-safe: once per process.
+void library_init() {
+    static std::once_flag once;
+    std::call_once(once, [] { mosquitto_lib_init(); });
 }
 
-void log_link_up(const std::string& client_id, const std::string& text) {
-    spdlog::info("forwarder [{}]: {}", client_id, text);
+// validate() has checked the form scheme://host:port.
+std::pair<std::string, int> host_and_port(const std::string& uri) {
+    const std::string rest = uri.substr(uri.find("://") + 3);
+    const size_t colon = rest.rfind(':');
+    std::string host = rest.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);  // [::1]:1883
+    }
+    int port = 0;
+    std::from_chars(rest.data() + colon + 1, rest.data() + rest.size(), port);
+    return {host, port};
 }
+
+// An encrypted private key has no one to type its passphrase under systemd: refuse it with
+// OpenSSL's own error instead of prompting on a terminal.
+int no_passphrase(char*, int, int, void*) {
+    return 0;
+}
+
+// MQTT keep-alive below 5 s is refused by libmosquitto.
+constexpr int keep_alive_s_min = 5;
 
 }  // namespace
 
-class Forwarder::Impl final : public ::mqtt::iaction_listener {
+class Forwarder::Impl {
   public:
-    Impl(ForwarderOptions options, OutboxSource& source,
-         std::unique_ptr<::mqtt::async_client> client)
-        : options_(std::move(options)), source_(source), client_(std::move(client)) {
-        client_->set_connection_lost_handler([this](const std::string& cause) {
-            std::lock_guard lock(mutex_);
-            link_lost_ = true;
-            lost_cause_ = cause.empty() ? "connection lost" : "connection lost: " + cause;
-            wake_.notify_one();
-        });
+    Impl(ForwarderOptions options, std::vector<OutboxSource*> sources, int wake_fd)
+        : options_(std::move(options)), wake_fd_(wake_fd) {
+        streams_.resize(sources.size());
+        for (size_t i = 0; i < sources.size(); ++i)
+            streams_[i].source = sources[i];
+        inflight_.reserve(static_cast<size_t>(options_.broker.max_inflight));
+        std::tie(host_, port_) = host_and_port(options_.broker.uri);
     }
 
-    ~Impl() override {
+    ~Impl() {
         stop(milliseconds(1000));
-        client_.reset();  // no Paho callback may run once the members below are destroyed
+        ::close(wake_fd_);
     }
 
     Result<void> start() {
@@ -68,62 +90,50 @@ class Forwarder::Impl final : public ::mqtt::iaction_listener {
     }
 
     void notify() {
-        std::lock_guard lock(mutex_);
-        notified_ = true;
-        wake_.notify_one();
+        notified_.store(true, std::memory_order_release);
+        wake();
     }
 
     void stop(milliseconds timeout) {
         {
             std::lock_guard lock(mutex_);
-            if (!stopping_) {
-                stopping_ = true;
-                stop_deadline_ = Clock::now() + timeout;
-            }
-            wake_.notify_one();
+            if (!stopping_.load()) stop_deadline_ = Clock::now() + timeout;
         }
+        stopping_.store(true);
+        wake();
         if (thread_.joinable()) thread_.join();
     }
 
     ForwarderStats stats() const {
         std::lock_guard lock(mutex_);
-        ForwarderStats copy = stats_;
-        copy.inflight = inflight_.size();
-        return copy;
-    }
-
-    // Paho's thread: the broker acknowledged a publish (PUBACK; at QoS0, the bytes were written).
-    void on_success(const ::mqtt::token& token) override {
-        const auto publish_id = reinterpret_cast<uintptr_t>(token.get_user_context());
-        std::lock_guard lock(mutex_);
-        const auto it = inflight_.find(publish_id);
-        if (it == inflight_.end()) return;  // sent on a connection given up since: re-sent
-        acked_.push_back(it->second);
-        inflight_.erase(it);
-        ++stats_.acks;
-        if (!stats_.first_row_after_reconnect_ms) {
-            stats_.first_row_after_reconnect_ms = ms_between(connected_at_, Clock::now());
-        }
-        wake_.notify_one();
-    }
-
-    // Paho's thread: a publish will never be acknowledged on this connection. Start over from the
-    // oldest row on a fresh connection rather than track holes in the sequence.
-    void on_failure(const ::mqtt::token& token) override {
-        const auto publish_id = reinterpret_cast<uintptr_t>(token.get_user_context());
-        std::lock_guard lock(mutex_);
-        if (inflight_.erase(publish_id) == 0) return;
-        if (!link_lost_) {
-            link_lost_ = true;
-            lost_cause_ = "a publish failed (code " + std::to_string(token.get_return_code()) + ")";
-        }
-        wake_.notify_one();
+        return stats_;
     }
 
   private:
-    bool stopping() const {
-        std::lock_guard lock(mutex_);
-        return stopping_;
+    // One source of rows, e.g. the results' outbox or the side output.
+    struct Stream {
+        OutboxSource* source = nullptr;
+        std::deque<OutboundRow> buffer;   ///< at most peek_rows rows
+        uint64_t next_seq = 0;            ///< the next row to read
+        uint64_t claimed = 0;             ///< told to the source; never decreases
+        bool drained = false;             ///< the last peek came back short: wait for news
+        std::vector<uint64_t> to_delete;  ///< acknowledged, not yet deleted
+    };
+    struct InflightRow {
+        uint32_t stream = 0;
+        uint64_t seq = 0;
+    };
+    enum class Sent { yes, rejected, link_down };
+
+    void wake() {
+        const uint64_t one = 1;
+        // A full counter (never in practice) already means "wake up": nothing to handle.
+        [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+    }
+
+    void drain_wake() {
+        uint64_t count;
+        [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof count);
     }
 
     void set_error(const std::string& message) {
@@ -133,18 +143,71 @@ class Forwarder::Impl final : public ::mqtt::iaction_listener {
             changed = stats_.last_error != message;
             stats_.last_error = message;
         }
-        if (changed) log_line(options_.broker.client_id, message);
+        if (changed) spdlog::warn("forwarder [{}]: {}", options_.broker.client_id, message);
     }
+
+    // ---- libmosquitto callbacks: they run inside mosquitto_* calls on this thread ----
+
+    static void on_connect(mosquitto*, void* self, int rc) {
+        auto* impl = static_cast<Impl*>(self);
+        impl->connack_received_ = true;
+        impl->connack_rc_ = rc;
+    }
+
+    static void on_disconnect(mosquitto*, void* self, int rc) {
+        auto* impl = static_cast<Impl*>(self);
+        impl->link_lost_ = true;
+        if (impl->lost_cause_.empty()) {
+            impl->lost_cause_ = rc == 0 ? std::string("disconnected")
+                                        : std::string("connection lost: ") + mosquitto_strerror(rc);
+        }
+    }
+
+    static void on_publish(mosquitto*, void* self, int mid) {
+        static_cast<Impl*>(self)->acknowledged(mid);
+    }
+
+    static void on_log(mosquitto*, void* self, int level, const char* text) {
+        auto* impl = static_cast<Impl*>(self);
+        // OpenSSL's own words (e.g. "certificate verify failed") for the connect error.
+        if ((level & MOSQ_LOG_ERR) != 0 && impl->tls_error_.empty() &&
+            std::strstr(text, "OpenSSL") != nullptr) {
+            impl->tls_error_ = text;
+        }
+    }
+
+    // A PUBACK (QoS1), or the PUBLISH written to the socket (QoS0).
+    void acknowledged(int mid) {
+        const auto it = inflight_.find(mid);
+        if (it == inflight_.end()) {
+            // At QoS0 the callback may run inside mosquitto_publish(), before publish() has
+            // recorded the mid; publish() looks here afterwards.
+            early_acks_.push_back(mid);
+            return;
+        }
+        Stream& stream = streams_[it->second.stream];
+        if (undeleted_rows() == 0) oldest_ack_at_ = Clock::now();
+        stream.to_delete.push_back(it->second.seq);
+        inflight_.erase(it);
+        ++acks_;
+        if (!first_ack_seen_) {
+            first_ack_seen_ = true;
+            std::lock_guard lock(mutex_);
+            stats_.first_row_after_reconnect_ms = ms_between(connected_at_, Clock::now());
+        }
+    }
+
+    // ---- the forwarder's thread ----
 
     void run() {
         std::mt19937_64 rng(std::random_device{}());
-        std::uniform_real_distribution<double> jitter(0.8, 1.2);
+        std::uniform_real_distribution<double> jitter(0.5, 1.0);
         int failed_attempts = 0;
-        bool connected = false;
         bool ever_connected = false;
-        while (!stopping()) {
-            if (!connected) {
+        while (!stopping_.load()) {
+            if (mosq_ == nullptr) {
                 if (auto ok = connect(); !ok) {
+                    destroy_client();
                     {
                         std::lock_guard lock(mutex_);
                         ++stats_.connect_failures;
@@ -152,14 +215,11 @@ class Forwarder::Impl final : public ::mqtt::iaction_listener {
                     }
                     set_error(ok.error().message);
                     const auto delay = milliseconds(static_cast<int64_t>(
-                        static_cast<double>(reconnect_delay(failed_attempts).count()) *
-                        jitter(rng)));
+                        static_cast<double>(backoff_ms(failed_attempts)) * jitter(rng)));
                     ++failed_attempts;
-                    std::unique_lock lock(mutex_);
-                    wake_.wait_for(lock, delay, [this] { return stopping_; });
+                    wait_for_wake(delay);
                     continue;
                 }
-                connected = true;
                 failed_attempts = 0;
                 {
                     std::lock_guard lock(mutex_);
@@ -167,302 +227,429 @@ class Forwarder::Impl final : public ::mqtt::iaction_listener {
                     stats_.offline_since_ms = 0;
                     if (ever_connected) ++stats_.reconnects;
                 }
-                log_link_up(options_.broker.client_id,
-                            std::string(ever_connected ? "reconnected to " : "connected to ") +
-                                options_.broker.uri);
+                spdlog::info("forwarder [{}]: {} {}", options_.broker.client_id,
+                             ever_connected ? "reconnected to" : "connected to",
+                             options_.broker.uri);
                 ever_connected = true;
                 rewind();
             }
-
-            collect_acks();
-            if (take_link_lost()) {
-                connected = false;
-                flush_deletes();
-                continue;  // the first reconnect attempt is immediate; later ones back off
-            }
-            if (delete_due()) flush_deletes();
-            fill_window();
-            wait_for_work();
+            pump();
+            if (link_lost_) link_down();  // the first reconnect attempt is immediate
         }
-        shut_down(connected);
+        shut_down();
+    }
+
+    int64_t backoff_ms(int failed_attempts) const {
+        int64_t delay = options_.reconnect_delay_min_ms;
+        for (int i = 0; i < failed_attempts && delay < options_.reconnect_delay_max_ms; ++i)
+            delay *= 2;
+        return std::min(delay, options_.reconnect_delay_max_ms);
+    }
+
+    void wait_for_wake(milliseconds timeout) {
+        pollfd fd{wake_fd_, POLLIN, 0};
+        if (::poll(&fd, 1, static_cast<int>(timeout.count())) > 0) drain_wake();
+    }
+
+    void destroy_client() {
+        if (mosq_ != nullptr) mosquitto_destroy(mosq_);  // closes the socket; no callbacks
+        mosq_ = nullptr;
     }
 
     // Connects on a clean session; fails with a message that names the uri and the likely cause.
+    // A fresh client each time: libmosquitto would otherwise re-send its own in-flight copies on
+    // the new connection, beside the outbox's.
     Result<void> connect() {
-        {
-            std::lock_guard lock(mutex_);
-            tls_error_.clear();
-            link_lost_ = false;
-        }
-        if (client_->is_connected()) {
-            // We gave up on this connection ourselves (a publish failed): close it first, or
-            // connect() would wait on a client that is still connected.
-            try {
-                client_->disconnect(0)->wait_for(std::chrono::seconds(1));
-            } catch (const ::mqtt::exception&) {
-                // Closing a broken connection may fail; the connect below starts afresh anyway.
+        destroy_client();
+        inflight_.clear();
+        early_acks_.clear();
+        link_lost_ = false;
+        lost_cause_.clear();
+        tls_error_.clear();
+        connack_received_ = false;
+        connack_rc_ = 0;
+        const BrokerOptions& broker = options_.broker;
+
+        mosq_ = mosquitto_new(broker.client_id.c_str(), /*clean_session=*/true, this);
+        if (mosq_ == nullptr)
+            return fail(std::string("cannot create an MQTT client: ") + std::strerror(errno));
+        mosquitto_int_option(mosq_, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311);
+        // Rows go out as they are published, not after Nagle's delay.
+        mosquitto_int_option(mosq_, MOSQ_OPT_TCP_NODELAY, 1);
+        // The window is ours (max_inflight): libmosquitto must not queue behind its own quota.
+        mosquitto_max_inflight_messages_set(mosq_, 0);
+        mosquitto_connect_callback_set(mosq_, on_connect);
+        mosquitto_disconnect_callback_set(mosq_, on_disconnect);
+        mosquitto_publish_callback_set(mosq_, on_publish);
+        mosquitto_log_callback_set(mosq_, on_log);
+        if (!broker.username.empty()) {
+            const int rc = mosquitto_username_pw_set(
+                mosq_, broker.username.c_str(),
+                broker.password.empty() ? nullptr : broker.password.c_str());
+            if (rc != MOSQ_ERR_SUCCESS) {
+                return fail(broker.config_name + ": user name or password refused by the client: " +
+                            mosquitto_strerror(rc));
             }
         }
-        auto connect_options = make_connect_options();
-        if (!connect_options) return std::unexpected(connect_options.error());
-        try {
-            ::mqtt::token_ptr token = client_->connect(*connect_options);
-            const auto timeout = std::chrono::seconds(options_.broker.connect_timeout_s);
-            const auto deadline = Clock::now() + timeout + std::chrono::seconds(1);
-            while (!token->wait_for(milliseconds(100))) {
-                if (stopping()) return fail("stopped while connecting");
-                if (Clock::now() > deadline) {
-                    return fail("connect to " + options_.broker.uri + " timed out after " +
-                                std::to_string(timeout.count()) + " s");
-                }
-            }
-        } catch (const ::mqtt::exception& e) {
-            return fail(describe_connect_failure(e));
+        if (uses_tls(broker)) {
+            if (auto ok = set_tls(); !ok) return ok;
         }
-        std::lock_guard lock(mutex_);
+
+        const int keep_alive_s = std::max(broker.keep_alive_s, keep_alive_s_min);
+        errno = 0;
+        const int rc = mosquitto_connect_async(mosq_, host_.c_str(), port_, keep_alive_s);
+        if (rc != MOSQ_ERR_SUCCESS) return fail(describe_connect_failure(rc, errno));
+
+        const auto timeout = std::chrono::seconds(broker.connect_timeout_s);
+        const auto deadline = Clock::now() + timeout;
+        while (!connack_received_) {
+            if (stopping_.load()) return fail("stopped while connecting");
+            if (Clock::now() > deadline) {
+                return fail("connect to " + broker.uri + " timed out after " +
+                            std::to_string(timeout.count()) + " s");
+            }
+            int error = 0;
+            const int step = poll_client(milliseconds(100), error);
+            if (step != MOSQ_ERR_SUCCESS) return fail(describe_connect_failure(step, error));
+            if (link_lost_ && !connack_received_) {
+                return fail(describe_connect_failure(MOSQ_ERR_CONN_LOST, 0));
+            }
+        }
+        if (connack_rc_ != 0) return fail(describe_connack(connack_rc_));
         connected_at_ = Clock::now();
+        first_ack_seen_ = false;
+        std::lock_guard lock(mutex_);
         stats_.first_row_after_reconnect_ms.reset();
         return {};
     }
 
-    Result<::mqtt::connect_options> make_connect_options() {
-        ::mqtt::connect_options connect_options;
-        if (auto ok = fill_connect_options(options_.broker, connect_options); !ok) {
-            return std::unexpected(ok.error());
+    Result<void> set_tls() {
+        const BrokerOptions& broker = options_.broker;
+        auto or_null = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
+        if (broker.ca_file.empty()) {
+            // No CA named: the system's trust store, as a browser would.
+            mosquitto_int_option(mosq_, MOSQ_OPT_TLS_USE_OS_CERTS, 1);
         }
-        // The outbox is the durable store and re-sending comes from it; a persistent session
-        // would only make the broker re-send the same rows again.
-        connect_options.set_clean_session(true);
-        if (uses_tls(options_.broker)) {
-            // OpenSSL's own words (e.g. "certificate verify failed") for the error message.
-            ::mqtt::ssl_options ssl = connect_options.get_ssl_options();
-            ssl.set_error_handler([this](const std::string& text) {
-                std::lock_guard lock(mutex_);
-                if (tls_error_.empty()) tls_error_ = text;
-            });
-            connect_options.set_ssl(std::move(ssl));
+        int rc =
+            mosquitto_tls_set(mosq_, or_null(broker.ca_file), nullptr, or_null(broker.cert_file),
+                              or_null(broker.key_file), no_passphrase);
+        if (rc != MOSQ_ERR_SUCCESS) {
+            return fail(broker.config_name + ".tls: cannot use ca_file '" + broker.ca_file +
+                        "', cert_file '" + broker.cert_file + "', key_file '" + broker.key_file +
+                        "': " + mosquitto_strerror(rc));
         }
-        return connect_options;
+        // Verify the broker's certificate chain and that it names the host in the uri.
+        rc = mosquitto_tls_opts_set(mosq_, 1 /* SSL_VERIFY_PEER */, nullptr, nullptr);
+        if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_tls_insecure_set(mosq_, false);
+        if (rc != MOSQ_ERR_SUCCESS) {
+            return fail(broker.config_name + ".tls: " + mosquitto_strerror(rc));
+        }
+        return {};
     }
 
-    std::string describe_connect_failure(const ::mqtt::exception& e) {
+    std::string describe_connect_failure(int rc, int error) const {
         const BrokerOptions& broker = options_.broker;
-        std::string tls_error;
-        {
-            std::lock_guard lock(mutex_);
-            tls_error = tls_error_;
-        }
+        std::string tls_error = tls_error_;
         while (!tls_error.empty() && (tls_error.back() == '\n' || tls_error.back() == '\r')) {
             tls_error.pop_back();
         }
-        if (!tls_error.empty()) {
-            return "TLS handshake with " + broker.uri + " failed: " + tls_error +
+        if (!tls_error.empty() || rc == MOSQ_ERR_TLS) {
+            return "TLS handshake with " + broker.uri + " failed: " +
+                   (tls_error.empty() ? std::string(mosquitto_strerror(rc)) : tls_error) +
                    " (check that ca_file '" + broker.ca_file +
                    "' holds the CA that signed the broker's certificate, and that the certificate "
                    "names the host in the uri)";
         }
-        switch (e.get_reason_code()) {
-            case 4:
-            case 5:
-                return "upstream " + broker.uri + " refused the login of client '" +
-                       broker.client_id + "' as user '" + broker.username +
-                       "' (check username and password_file): " + e.what();
-            default:
-                break;
+        if (rc == MOSQ_ERR_ERRNO && error != 0) {
+            return "cannot connect to " + broker.uri + ": " + std::strerror(error);
         }
-        return "cannot connect to " + broker.uri + ": " + e.what();
+        if (rc == MOSQ_ERR_EAI) return "cannot resolve the host of " + broker.uri;
+        return "cannot connect to " + broker.uri + ": " + mosquitto_strerror(rc);
     }
 
-    // After a (re)connect: acknowledged rows are deleted, so the oldest row left is the first
-    // not known to be upstream.
+    std::string describe_connack(int rc) const {
+        const BrokerOptions& broker = options_.broker;
+        if (rc == 4 || rc == 5) {
+            return "upstream " + broker.uri + " refused the login of client '" + broker.client_id +
+                   "' as user '" + broker.username +
+                   "' (check username and password_file): " + mosquitto_connack_string(rc);
+        }
+        return "upstream " + broker.uri +
+               " refused the connection: " + mosquitto_connack_string(rc);
+    }
+
+    // One round of socket work: waits up to `timeout` for the socket (or a wake-up), then reads,
+    // writes and keeps the connection alive. Returns a libmosquitto error code; `error` is errno
+    // when that code is MOSQ_ERR_ERRNO.
+    int poll_client(milliseconds timeout, int& error) {
+        const int sock = mosquitto_socket(mosq_);
+        if (sock < 0) return MOSQ_ERR_NO_CONN;
+        pollfd fds[2] = {
+            {sock, static_cast<short>(POLLIN | (mosquitto_want_write(mosq_) ? POLLOUT : 0)), 0},
+            {wake_fd_, POLLIN, 0}};
+        const int ready = ::poll(fds, 2, static_cast<int>(std::max<int64_t>(timeout.count(), 0)));
+        if (ready < 0 && errno != EINTR) {
+            error = errno;
+            return MOSQ_ERR_ERRNO;
+        }
+        if (ready > 0 && (fds[1].revents & POLLIN) != 0) drain_wake();
+        int rc = MOSQ_ERR_SUCCESS;
+        errno = 0;
+        if (ready > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+            // Every PUBACK that has arrived, not one per poll.
+            rc = mosquitto_loop_read(mosq_, options_.broker.max_inflight);
+        }
+        if (rc == MOSQ_ERR_SUCCESS && ready > 0 && (fds[0].revents & POLLOUT) != 0) {
+            rc = mosquitto_loop_write(mosq_, 1);
+        }
+        if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_loop_misc(mosq_);  // keep-alive
+        error = errno;
+        return rc;
+    }
+
     void rewind() {
-        {
-            std::lock_guard lock(mutex_);
-            inflight_.clear();
+        for (Stream& stream : streams_) {
+            stream.buffer.clear();
+            stream.next_seq = 0;
+            stream.drained = false;
         }
-        buffer_.clear();
-        next_seq_ = 0;
-        outbox_drained_ = false;
+        last_look_ = Clock::now();
     }
 
-    bool take_link_lost() {
-        std::string cause;
-        {
-            std::lock_guard lock(mutex_);
-            if (!link_lost_) return false;
-            link_lost_ = false;
-            cause = lost_cause_;
-            stats_.link_up = false;
-            stats_.offline_since_ms = wall_ms();
-            // Acknowledgements of what was in flight will not come: those rows are re-sent.
-            inflight_.clear();
+    // One turn of the connected loop: send what the window allows, wait for the socket, read
+    // the acknowledgements, delete what is due.
+    void pump() {
+        if (delete_due()) flush_deletes();
+        fill_window();
+        publish_stats();
+        if (link_lost_) return;
+
+        auto timeout = milliseconds(options_.poll_interval_ms);
+        if (undeleted_rows() > 0) {
+            const int64_t due_ms =
+                options_.delete_interval_ms - ms_between(oldest_ack_at_, Clock::now());
+            timeout = std::min(timeout, milliseconds(std::max<int64_t>(due_ms, 0)));
         }
-        set_error(options_.broker.uri + ": " + cause);
-        return true;
+        int error = 0;
+        const int rc = poll_client(timeout, error);
+        if (rc != MOSQ_ERR_SUCCESS && !link_lost_) {
+            link_lost_ = true;
+            lost_cause_ = rc == MOSQ_ERR_ERRNO && error != 0
+                              ? std::string("connection lost: ") + std::strerror(error)
+                              : std::string("connection lost: ") + mosquitto_strerror(rc);
+        }
+        if (notified_.exchange(false, std::memory_order_acq_rel) ||
+            ms_between(last_look_, Clock::now()) >= options_.poll_interval_ms) {
+            // New rows, or time to look again (an outbox error, rows from elsewhere).
+            for (Stream& stream : streams_)
+                stream.drained = false;
+            last_look_ = Clock::now();
+        }
     }
 
-    void collect_acks() {
-        std::lock_guard lock(mutex_);
-        if (acked_.empty()) return;
-        if (to_delete_.empty()) oldest_ack_at_ = Clock::now();
-        to_delete_.insert(to_delete_.end(), acked_.begin(), acked_.end());
-        acked_.clear();
+    size_t undeleted_rows() const {
+        size_t n = 0;
+        for (const Stream& stream : streams_)
+            n += stream.to_delete.size();
+        return n;
     }
 
     bool delete_due() const {
-        return !to_delete_.empty() &&
-               (to_delete_.size() >= options_.delete_batch_rows ||
-                ms_between(oldest_ack_at_, Clock::now()) >= options_.delete_interval_ms);
+        const size_t n = undeleted_rows();
+        return n > 0 && (n >= options_.delete_batch_rows ||
+                         ms_between(oldest_ack_at_, Clock::now()) >= options_.delete_interval_ms);
     }
 
     void flush_deletes() {
-        collect_acks();
-        if (to_delete_.empty()) return;
-        std::sort(to_delete_.begin(), to_delete_.end());
-        to_delete_.erase(std::unique(to_delete_.begin(), to_delete_.end()), to_delete_.end());
-        if (auto ok = source_.delivered(to_delete_); !ok) {
-            // Kept for the next attempt; fill_window() stops sending while this backlog is full.
-            set_error("outbox: cannot delete delivered rows: " + ok.error().message);
-            return;
+        for (Stream& stream : streams_) {
+            auto& rows = stream.to_delete;
+            if (rows.empty()) continue;
+            std::sort(rows.begin(), rows.end());
+            rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+            if (auto ok = stream.source->delivered(rows); !ok) {
+                // Kept for the next attempt; fill_window() stops sending while this backlog is
+                // full.
+                set_error("outbox: cannot delete delivered rows: " + ok.error().message);
+                continue;
+            }
+            rows.clear();
         }
-        to_delete_.clear();
-    }
-
-    size_t inflight_count() const {
-        std::lock_guard lock(mutex_);
-        return inflight_.size();
+        if (undeleted_rows() > 0) oldest_ack_at_ = Clock::now();  // retry after the interval
     }
 
     void fill_window() {
         const size_t max_inflight = static_cast<size_t>(options_.broker.max_inflight);
         // Bound on acknowledged rows not yet deleted (delivered() failing): stop sending more.
         const size_t undeleted_rows_max = options_.delete_batch_rows + max_inflight;
-        if (to_delete_.size() >= undeleted_rows_max) return;
-        while (inflight_count() < max_inflight) {
-            if (buffer_.empty()) {
-                if (outbox_drained_) break;
-                auto rows = source_.peek(next_seq_, options_.peek_rows);
-                if (!rows) {
-                    set_error("outbox: cannot read rows to forward: " + rows.error().message);
-                    outbox_drained_ = true;  // retried on notify() or after poll_interval_ms
-                    break;
-                }
-                outbox_drained_ = rows->size() < options_.peek_rows;
-                if (rows->empty()) break;
-                TM_ASSERT(rows->front().seq >= next_seq_);
-                for (auto& row : *rows)
-                    buffer_.push_back(std::move(row));
+        if (undeleted_rows() >= undeleted_rows_max) return;
+        for (uint32_t index = 0; index < streams_.size(); ++index) {
+            Stream& stream = streams_[index];
+            while (inflight_.size() < max_inflight) {
+                if (stream.buffer.empty() && !refill(stream)) break;
+                const Sent sent = publish(index, stream.buffer.front());
+                if (sent == Sent::link_down) return;
+                stream.next_seq = stream.buffer.front().seq + 1;
+                stream.buffer.pop_front();
             }
-            if (!publish(buffer_.front())) break;
-            next_seq_ = buffer_.front().seq + 1;
-            buffer_.pop_front();
-        }
-        if (next_seq_ > claimed_) {
-            claimed_ = next_seq_;
-            source_.claimed(claimed_);
+            if (stream.next_seq > stream.claimed) {
+                stream.claimed = stream.next_seq;
+                stream.source->claimed(stream.claimed);
+            }
+            if (inflight_.size() >= max_inflight) break;
         }
     }
 
-    bool publish(const OutboundRow& row) {
-        uintptr_t publish_id;
-        {
-            // Registered before publish() so that an acknowledgement racing back finds it.
-            std::lock_guard lock(mutex_);
-            publish_id = next_publish_id_++;
-            inflight_.emplace(publish_id, row.seq);
-        }
-        try {
-            auto message = ::mqtt::make_message(row.topic, row.payload, options_.qos, false);
-            client_->publish(std::move(message), reinterpret_cast<void*>(publish_id), *this);
-        } catch (const ::mqtt::exception& e) {
-            std::lock_guard lock(mutex_);
-            inflight_.erase(publish_id);
-            if (!link_lost_) {
-                link_lost_ = true;
-                lost_cause_ = std::string("publish refused: ") + e.what();
-            }
+    bool refill(Stream& stream) {
+        if (stream.drained) return false;
+        auto rows = stream.source->peek(stream.next_seq, options_.peek_rows);
+        if (!rows) {
+            set_error("outbox: cannot read rows to forward: " + rows.error().message);
+            stream.drained = true;  // retried on notify() or after poll_interval_ms
             return false;
         }
-        std::lock_guard lock(mutex_);
-        ++stats_.sends;
+        stream.drained = rows->size() < options_.peek_rows;
+        if (rows->empty()) return false;
+        TM_ASSERT(rows->front().seq >= stream.next_seq);
+        for (auto& row : *rows)
+            stream.buffer.push_back(std::move(row));
         return true;
     }
 
-    void wait_for_work() {
-        auto timeout = milliseconds(options_.poll_interval_ms);
-        if (!to_delete_.empty()) {
-            const int64_t due_ms =
-                options_.delete_interval_ms - ms_between(oldest_ack_at_, Clock::now());
-            timeout = std::min(timeout, milliseconds(std::max<int64_t>(due_ms, 0)));
+    Sent publish(uint32_t stream_index, const OutboundRow& row) {
+        int mid = 0;
+        early_acks_.clear();
+        const int rc =
+            mosquitto_publish(mosq_, &mid, row.topic.c_str(), static_cast<int>(row.payload.size()),
+                              row.payload.data(), options_.qos, /*retain=*/false);
+        switch (rc) {
+            case MOSQ_ERR_SUCCESS:
+                ++sends_;
+                inflight_.emplace(mid, InflightRow{stream_index, row.seq});
+                if (std::find(early_acks_.begin(), early_acks_.end(), mid) != early_acks_.end()) {
+                    acknowledged(mid);
+                }
+                early_acks_.clear();
+                return Sent::yes;
+            case MOSQ_ERR_INVAL:
+            case MOSQ_ERR_MALFORMED_UTF8:
+            case MOSQ_ERR_PAYLOAD_SIZE:
+            case MOSQ_ERR_OVERSIZE_PACKET: {
+                // No broker will ever take this row: keeping it would stop every row behind it.
+                ++rejected_;
+                spdlog::error(
+                    "forwarder [{}]: row {} on topic '{}' ({} bytes) cannot be sent over MQTT "
+                    "and is deleted: {}",
+                    options_.broker.client_id, row.seq, row.topic, row.payload.size(),
+                    mosquitto_strerror(rc));
+                Stream& stream = streams_[stream_index];
+                if (undeleted_rows() == 0) oldest_ack_at_ = Clock::now();
+                stream.to_delete.push_back(row.seq);
+                return Sent::rejected;
+            }
+            default:
+                if (!link_lost_) {
+                    link_lost_ = true;
+                    lost_cause_ = std::string("publish failed: ") + mosquitto_strerror(rc);
+                }
+                return Sent::link_down;
         }
-        std::unique_lock lock(mutex_);
-        const bool woke = wake_.wait_for(lock, timeout, [this] {
-            return stopping_ || notified_ || link_lost_ || !acked_.empty();
-        });
-        if (notified_ || !woke) outbox_drained_ = false;  // new rows, or time to look again
-        notified_ = false;
     }
 
-    void shut_down(bool connected) {
+    void publish_stats() {
+        std::lock_guard lock(mutex_);
+        stats_.sends = sends_;
+        stats_.acks = acks_;
+        stats_.rejected = rejected_;
+        stats_.inflight = inflight_.size();
+    }
+
+    // Acknowledged rows are deleted; what was in flight is sent again from the oldest row left.
+    void link_down() {
+        flush_deletes();
+        inflight_.clear();
+        destroy_client();
+        {
+            std::lock_guard lock(mutex_);
+            stats_.link_up = false;
+            stats_.offline_since_ms = wall_ms();
+            stats_.inflight = 0;
+        }
+        set_error(options_.broker.uri + ": " + lost_cause_);
+    }
+
+    void shut_down() {
         Clock::time_point deadline;
         {
             std::lock_guard lock(mutex_);
             deadline = stop_deadline_;
         }
-        if (connected) {
+        if (mosq_ != nullptr && !link_lost_) {
             // Let in-flight rows be acknowledged so they need not be sent again next run.
-            std::unique_lock lock(mutex_);
-            wake_.wait_until(lock, deadline, [this] { return inflight_.empty() || link_lost_; });
-        }
-        flush_deletes();
-        if (connected) {
-            try {
-                const auto left_ms = std::max<int64_t>(ms_between(Clock::now(), deadline), 0);
-                client_->disconnect(static_cast<int>(left_ms))
-                    ->wait_for(milliseconds(left_ms + 100));
-            } catch (const ::mqtt::exception& e) {
-                log_line(options_.broker.client_id, std::string("disconnect: ") + e.what());
+            while (!inflight_.empty() && !link_lost_ && Clock::now() < deadline) {
+                int error = 0;
+                if (poll_client(milliseconds(std::min<int64_t>(
+                                    50, std::max<int64_t>(ms_between(Clock::now(), deadline), 0))),
+                                error) != MOSQ_ERR_SUCCESS) {
+                    break;
+                }
             }
         }
+        flush_deletes();
+        if (mosq_ != nullptr && !link_lost_) {
+            mosquitto_disconnect(mosq_);
+            while (mosquitto_want_write(mosq_) && Clock::now() < deadline) {
+                int error = 0;
+                if (poll_client(milliseconds(20), error) != MOSQ_ERR_SUCCESS) break;
+            }
+        }
+        destroy_client();
+        publish_stats();
         std::lock_guard lock(mutex_);
         stats_.link_up = false;
-        inflight_.clear();
+        stats_.inflight = 0;
     }
 
     const ForwarderOptions options_;
-    OutboxSource& source_;
-    std::unique_ptr<::mqtt::async_client> client_;
+    const int wake_fd_;  ///< eventfd: notify() and stop() wake the thread's poll
+    std::string host_;
+    int port_ = 0;
     std::thread thread_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> notified_{false};
 
-    // Shared with Paho's callback threads and stats() readers.
+    // Shared with stats() readers and stop().
     mutable std::mutex mutex_;
-    std::condition_variable wake_;
-    bool stopping_ = false;
     Clock::time_point stop_deadline_;
-    bool notified_ = false;
+    ForwarderStats stats_;
+
+    // The forwarder's thread only (callbacks included).
+    mosquitto* mosq_ = nullptr;
+    std::vector<Stream> streams_;
+    /// mid -> row, for rows published on the current connection and not yet acknowledged; at
+    /// most broker.max_inflight entries.
+    std::unordered_map<int, InflightRow> inflight_;
+    std::vector<int> early_acks_;  ///< at most one: the publish in progress (QoS0)
     bool link_lost_ = false;
     std::string lost_cause_;
     std::string tls_error_;
-    /// publish id -> seq of rows published on the current connection and not yet acknowledged;
-    /// at most broker.max_inflight entries.
-    std::unordered_map<uintptr_t, uint64_t> inflight_;
-    uintptr_t next_publish_id_ = 1;
-    /// Acknowledged seqs not yet taken by the forwarder's thread; at most max_inflight.
-    std::vector<uint64_t> acked_;
-    ForwarderStats stats_;
+    bool connack_received_ = false;
+    int connack_rc_ = 0;
     Clock::time_point connected_at_;
-
-    // The forwarder's thread only.
-    std::deque<OutboundRow> buffer_;  ///< at most peek_rows rows
-    uint64_t next_seq_ = 0;
-    uint64_t claimed_ = 0;
-    bool outbox_drained_ = false;
-    std::vector<uint64_t> to_delete_;
+    bool first_ack_seen_ = false;
     Clock::time_point oldest_ack_at_;
+    Clock::time_point last_look_;
+    uint64_t sends_ = 0;
+    uint64_t acks_ = 0;
+    uint64_t rejected_ = 0;
 };
 
 Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
                                                      OutboxSource& source) {
+    return create(std::move(options), std::vector<OutboxSource*>{&source});
+}
+
+Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
+                                                     std::vector<OutboxSource*> sources) {
     const BrokerOptions& broker = options.broker;
     if (auto ok = validate(broker); !ok) return std::unexpected(ok.error());
     if (options.qos != 0 && options.qos != 1) {
@@ -471,19 +658,20 @@ Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
     if (options.peek_rows == 0 || options.delete_batch_rows == 0) {
         return fail("forwarder: peek_rows and delete_batch_rows must be at least 1");
     }
-    std::unique_ptr<::mqtt::async_client> client;
-    try {
-        // No Paho persistence: the outbox is the store, and re-sending comes from it.
-        // Paho counts queued publishes against max_buffered_messages even while connected
-        // (MQTTASYNC_MAX_BUFFERED_MESSAGES); our window never queues more than max_inflight.
-        const int buffered_messages_max = broker.max_inflight + 16;
-        client = std::make_unique<::mqtt::async_client>(
-            broker.uri, broker.client_id,
-            ::mqtt::create_options(MQTTVERSION_3_1_1, buffered_messages_max), nullptr);
-    } catch (const ::mqtt::exception& e) {
-        return fail(broker.config_name + ".uri '" + broker.uri + "' is not usable: " + e.what());
+    if (options.reconnect_delay_min_ms < 1 ||
+        options.reconnect_delay_max_ms < options.reconnect_delay_min_ms) {
+        return fail(
+            broker.config_name + ": reconnect delay maximum " +
+            std::to_string(options.reconnect_delay_max_ms) + " ms must be at least the minimum " +
+            std::to_string(options.reconnect_delay_min_ms) + " ms (and that at least 1 ms)");
     }
-    auto impl = std::make_unique<Impl>(std::move(options), source, std::move(client));
+    TM_ASSERT(!sources.empty());
+    for (OutboxSource* source : sources)
+        TM_ASSERT(source != nullptr);
+    library_init();
+    const int wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd < 0) return fail(std::string("forwarder: eventfd: ") + std::strerror(errno));
+    auto impl = std::make_unique<Impl>(std::move(options), std::move(sources), wake_fd);
     return std::unique_ptr<Forwarder>(new Forwarder(std::move(impl)));
 }
 

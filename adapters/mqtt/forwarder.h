@@ -56,6 +56,13 @@ struct ForwarderOptions {
     size_t peek_rows = 512;
     /// Without notify(), the outbox is looked at again after this long.
     int64_t poll_interval_ms = 1'000;
+    /// Reconnect backoff: the first retry after a lost link is immediate, then the wait doubles
+    /// from reconnect_delay_min_ms up to reconnect_delay_max_ms and each wait is drawn uniformly
+    /// from [half, all] of that ("equal jitter"), so that a fleet of gateways spreads its
+    /// reconnects while no wait ever exceeds the maximum: after an outage the first row leaves
+    /// at most reconnect_delay_max_ms (plus the handshake) after the broker is back.
+    int64_t reconnect_delay_min_ms = 250;
+    int64_t reconnect_delay_max_ms = 1'500;
 };
 
 struct ForwarderStats {
@@ -64,7 +71,10 @@ struct ForwarderStats {
     uint64_t acks = 0;        ///< rows acknowledged by the broker (PUBACK, or written at QoS0)
     uint64_t reconnects = 0;  ///< successful connects after the first one
     uint64_t connect_failures = 0;
-    size_t inflight = 0;     ///< published, not yet acknowledged
+    size_t inflight = 0;  ///< published, not yet acknowledged
+    /// Rows the broker can never take (an invalid UTF-8 topic, a payload over MQTT's 256 MiB):
+    /// deleted, counted here and logged, so that one bad row cannot stop the rows behind it.
+    uint64_t rejected = 0;
     std::string last_error;  ///< the latest failure, kept after the link recovers; "" if none
     /// Wall clock (ms since the epoch) when the link went down or the first attempt failed;
     /// 0 while the link is up or before the first attempt.
@@ -79,25 +89,33 @@ struct ForwarderStats {
 /// Operation: a thread of its own connects (clean session: the outbox, not the broker session,
 /// is the store), publishes rows in seq order with at most broker.max_inflight unacknowledged,
 /// and deletes acknowledged rows in batches (delete_batch_rows or delete_interval_ms, sorted by
-/// seq). When the link drops, acknowledged rows are deleted and sending starts again from the
-/// oldest row left in the outbox, so a row may reach upstream twice (at-least-once: upstream
-/// dedupes by the record's id). The first reconnect attempt is immediate, later ones wait
-/// reconnect_delay(attempts) (client_options.h) +-20 % jitter, so that a fleet of gateways does
-/// not reconnect in lock step. A failure (a
-/// wrong CA, a refused login, a broker down) is logged once per change, kept in
-/// stats().last_error, and retried. Nothing leaves the outbox without an acknowledgement.
+/// seq). Several sources share the link (results, then side output): each keeps its own seq
+/// order, and a later source is only read when the ones before it have nothing to send. When
+/// the link drops, acknowledged rows are deleted and sending starts again from the oldest row
+/// left in each source, so a row may reach upstream twice (at-least-once: upstream dedupes by
+/// the record's id). Reconnects follow ForwarderOptions' backoff. A failure (a wrong CA, a
+/// refused login, a broker down) is logged once per change, kept in stats().last_error, and
+/// retried. Nothing leaves the outbox without an acknowledgement.
+///
+/// The client is libmosquitto driven from this one thread (poll on its socket; publishes are
+/// written straight to the socket and PUBACKs handled in the same thread): no lock or thread
+/// hand-off per row. Paho's asynchronous client, which ingest uses, cost about 100 us of CPU per
+/// QoS1 row in three threads contending for its mutexes (docs/BENCHMARKS.md, "forward").
 ///
 /// Concurrency: create/start/stop from one owner thread; notify() and stats() from any thread.
-/// The OutboxSource is only called from the forwarder's thread.
+/// The OutboxSources are only called from the forwarder's thread.
 ///
-/// Limits: memory is bounded by peek_rows buffered rows plus max_inflight unacknowledged ones.
-/// An outbox error (peek/delivered failing) is kept in last_error and retried after
-/// poll_interval_ms; it does not stop the thread.
+/// Limits: memory is bounded by peek_rows buffered rows per source plus max_inflight
+/// unacknowledged ones. An outbox error (peek/delivered failing) is kept in last_error and
+/// retried after poll_interval_ms; it does not stop the thread.
 class Forwarder {
   public:
     /// Checks the options (validate(broker), qos, batch sizes) and builds the client; no I/O.
     static Result<std::unique_ptr<Forwarder>> create(ForwarderOptions options,
                                                      OutboxSource& source);
+    /// Several sources on one link, in priority order (not empty, none null).
+    static Result<std::unique_ptr<Forwarder>> create(ForwarderOptions options,
+                                                     std::vector<OutboxSource*> sources);
     ~Forwarder();
     Forwarder(const Forwarder&) = delete;
     Forwarder& operator=(const Forwarder&) = delete;

@@ -114,7 +114,8 @@ TEST_CASE("health is retained; status is online while running, offline after kil
              {"/pipelines/t1s/watermark_ms", "/pipelines/t1s/events_in",
               "/pipelines/t1s/lag_ms/p99", "/ingest/messages", "/ingest/paused", "/log/bytes",
               "/checkpoint/age_ms", "/outbox/rows", "/outbox/bytes", "/outbox/dropped",
-              "/upstream/link_up", "/upstream/acks", "/upstream/reconnects", "/rss_kib"})
+              "/outbox/oldest_age_ms", "/upstream/link_up", "/upstream/acks",
+              "/upstream/reconnects", "/upstream/rejected", "/side/rows", "/rss_kib"})
             CHECK(h.contains(json::json_pointer(p)));
     }
 
@@ -127,4 +128,48 @@ TEST_CASE("health is retained; status is online while running, offline after kil
     CHECK(daemon.terminate() == 0);
     CHECK(wait_until([&] { return last_status() == "offline"; }, 5s));
     CHECK(retained_status(gateway) == "offline");
+}
+
+TEST_CASE("a too-late event goes upstream on the side topic, after the results",
+          "[forwarding][slow]") {
+    TempDir dir("tm-fwd-side");
+    Broker gateway = Broker::start();
+    Broker upstream = Broker::start();
+    TestClient side = TestClient::connect(upstream.uri());
+    side.subscribe("tidemark/fw-node/t1s/side/#", 1);
+    TestClient results = TestClient::connect(upstream.uri());
+    results.subscribe("tidemark/fw-node/t1s", 1);
+
+    json config = base_config(dir.path(), gateway, upstream.uri());
+    config["upstream"]["side_topic"] = "tidemark/{node_id}/{pipeline}/side/{key}";
+    config["pipelines"][0]["late"] = {
+        {"allowed_lateness", "0s"}, {"too_late", "side_output"}, {"corrections", "upsert"}};
+    Daemon daemon(write_config(dir.path(), config), daemon_log_path("side"));
+    TestClient health = TestClient::connect(gateway.uri());
+    health.subscribe(health_topic, 1);
+    daemon.start();
+    INFO("tidemark log: " << daemon.log_path());
+    REQUIRE(wait_ready(health, true));
+
+    TestClient publisher = TestClient::connect(gateway.uri());
+    const int64_t base = load_base_ms();
+    publisher.publish("sensors/d1/telemetry", json{{"ts", base}, {"temp", 20.0}}.dump());
+    // Closes the first window (delay 0s, lateness 0s)...
+    publisher.publish("sensors/d1/telemetry", json{{"ts", base + 5'000}, {"temp", 21.0}}.dump());
+    REQUIRE_FALSE(results.wait_for(1, 30s).empty());
+    // ...so that this one is too late for it.
+    publisher.publish("sensors/d1/telemetry", json{{"ts", base + 100}, {"temp", 99.0}}.dump());
+
+    const auto got = side.wait_for(1, 30s);
+    INFO("health " << latest_health(health).dump());
+    REQUIRE(got.size() == 1);
+    CHECK(got.front().topic == "tidemark/fw-node/t1s/side/d1");
+    const json record = json::parse(got.front().payload);
+    CHECK(record.at("pipeline") == "t1s");
+    CHECK(record.at("key") == "d1");
+    CHECK(record.at("event_ms") == base + 100);
+    CHECK(record.at("payload").get<std::string>().find("99") != std::string::npos);
+    // Deleted once acknowledged: the side store empties.
+    CHECK(wait_until([&] { return health_value<int64_t>(health, "/side/rows", -1) == 0; }, 10s));
+    CHECK(daemon.terminate() == 0);
 }

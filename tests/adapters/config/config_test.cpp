@@ -491,3 +491,18 @@ TEST_CASE("a missing config file is one error naming it", "[config]") {
     CHECK(loaded.error()[0].message ==
           "cannot read the config file \"/nonexistent/tidemark.json\": No such file or directory");
 }
+
+TEST_CASE("upstream.reconnect_max bounds the wait between connect attempts", "[config]") {
+    const std::string with_upstream = replace(
+        minimal, R"("pipelines")",
+        R"("upstream": {"uri": "tcp://127.0.0.1:1884", "reconnect_max": "5s"}, "pipelines")");
+    auto loaded = parse_config(with_upstream, "/");
+    REQUIRE(loaded);
+    CHECK(loaded->upstream->reconnect_max_ms == 5'000);
+    auto defaults = parse_config(replace(with_upstream, R"(, "reconnect_max": "5s")", ""), "/");
+    REQUIRE(defaults);
+    CHECK(defaults->upstream->reconnect_max_ms == 1'500);  // first row within 2 s of recovery
+    CHECK_THAT(
+        only_error(replace(with_upstream, R"("5s")", R"("100ms")"), "/upstream/reconnect_max"),
+        Catch::Contains("between 250ms and 1h"));
+}

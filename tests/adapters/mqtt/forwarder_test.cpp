@@ -386,3 +386,91 @@ TEST_CASE("TLS upstream: the right CA connects, a wrong CA is refused with a cle
         forwarder->stop(1s);
     }
 }
+
+TEST_CASE("after a long outage the first row leaves within the reconnect cap",
+          "[forwarder][slow]") {
+    // With the backoff doubling to 30 s, as it once did, the attempt after a 9 s outage came
+    // about 15 s in, some 6 s after the broker was back.
+    Broker broker = Broker::start({.persistence = false, .max_inflight = 1000, .extra_conf = ""});
+    MemoryOutbox outbox;
+    auto options = options_for(broker.uri(), "fwd-cap");
+    options.reconnect_delay_max_ms = 400;
+    auto forwarder = start_forwarder(options, outbox);
+    REQUIRE(eventually([&] { return forwarder->stats().link_up; }, 5s));
+    broker.stop();
+    REQUIRE(eventually([&] { return !forwarder->stats().link_up; }, 5s));
+    append_rows(outbox, 0, 5);
+    forwarder->notify();
+    std::this_thread::sleep_for(9s);
+    const uint64_t failures = forwarder->stats().connect_failures;
+    INFO("connect attempts that failed during the outage: " << failures);
+    CHECK(failures >= 9000 / 400);  // each wait is at most the cap
+
+    broker.restart();
+    const auto back = std::chrono::steady_clock::now();
+    REQUIRE(eventually([&] { return outbox.size() == 0; }, 10s));
+    const auto first_rows_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - back)
+                                   .count();
+    INFO("broker back -> rows delivered: " << first_rows_ms << " ms");
+    CHECK(first_rows_ms < 2000);
+    forwarder->stop(2s);
+}
+
+TEST_CASE("a row no broker can take is deleted and counted; the rows behind it arrive",
+          "[forwarder][slow]") {
+    Broker broker = Broker::start({.persistence = false, .max_inflight = 1000, .extra_conf = ""});
+    TestClient subscriber = TestClient::connect(broker.uri(), "sub");
+    subscriber.subscribe("up/#", 1);
+    MemoryOutbox outbox;
+    append_rows(outbox, 0, 3);
+    outbox.append("up/\xff\xfe", "not UTF-8");  // MQTT topics must be UTF-8
+    append_rows(outbox, 3, 6);
+    auto forwarder = start_forwarder(options_for(broker.uri(), "fwd-reject"), outbox);
+    REQUIRE(eventually([&] { return outbox.size() == 0; }));
+    CHECK(distinct_payloads(subscriber.wait_for(6, 5s)) == expected_payloads(6));
+    const auto stats = forwarder->stats();
+    CHECK(stats.rejected == 1);
+    CHECK(stats.acks == 6);
+    CHECK(stats.link_up);
+    CHECK(stats.reconnects == 0);  // refused before it reached the wire
+    forwarder->stop(2s);
+}
+
+TEST_CASE("two sources share one link, each in its own order, the first one first",
+          "[forwarder][slow]") {
+    Broker broker = Broker::start({.persistence = false, .max_inflight = 1000, .extra_conf = ""});
+    TestClient subscriber = TestClient::connect(broker.uri(), "sub");
+    subscriber.subscribe("up/#", 1);
+    MemoryOutbox results;
+    MemoryOutbox side;
+    for (int i = 0; i < 200; ++i) {
+        results.append("up/results", "r" + std::to_string(i));
+        side.append("up/side", "s" + std::to_string(i));
+    }
+    auto forwarder = Forwarder::create(options_for(broker.uri(), "fwd-two", 8),
+                                       std::vector<tidemark::mqtt::OutboxSource*>{&results, &side});
+    REQUIRE(forwarder);
+    REQUIRE((*forwarder)->start());
+    REQUIRE(eventually([&] { return results.size() == 0 && side.size() == 0; }));
+    const auto received = subscriber.wait_for(400, 5s);
+    REQUIRE(received.size() == 400);
+    std::vector<std::string> from_results, from_side;
+    size_t last_result_at = 0, first_side_at = received.size();
+    for (size_t i = 0; i < received.size(); ++i) {
+        if (received[i].topic == "up/results") {
+            from_results.push_back(received[i].payload);
+            last_result_at = i;
+        } else {
+            from_side.push_back(received[i].payload);
+            first_side_at = std::min(first_side_at, i);
+        }
+    }
+    for (int i = 0; i < 200; ++i) {
+        REQUIRE(from_results[static_cast<size_t>(i)] == "r" + std::to_string(i));
+        REQUIRE(from_side[static_cast<size_t>(i)] == "s" + std::to_string(i));
+    }
+    // Side rows wait while results are queued (a window of 8 may overlap the switch).
+    CHECK(first_side_at + 8 >= last_result_at);
+    (*forwarder)->stop(2s);
+}
