@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "core/bytes.h"
 
@@ -106,6 +107,37 @@ void copy3(double* into, const double* from) {
 }
 
 }  // namespace
+
+// The common case, compiled once per combination of aggregates present (SimplePlan::mask):
+// straight-line updates with no test of which aggregates exist, in the order of the loop in
+// add_general() (each aggregate has its own slots, so the order does not change the result).
+template <unsigned Mask>
+void add_simple(const AggregateSet::SimplePlan& plan, double* values, const double* fields) {
+    using P = AggregateSet::SimplePlan;
+    if constexpr ((Mask & P::has_count_events) != 0) values[plan.count_events] += 1;
+    if constexpr ((Mask & ~P::has_count_events) != 0) {
+        const double value = fields[plan.field];
+        if (!std::isfinite(value)) return;
+        if constexpr ((Mask & P::has_count) != 0) values[plan.count] += 1;
+        if constexpr ((Mask & P::has_sum) != 0) add_sum(values[plan.sum], value);
+        if constexpr ((Mask & P::has_min) != 0)
+            if (less_for_min(value, values[plan.min])) values[plan.min] = value;
+        if constexpr ((Mask & P::has_max) != 0)
+            if (greater_for_max(value, values[plan.max])) values[plan.max] = value;
+        if constexpr ((Mask & P::has_mean) != 0) {
+            values[plan.mean] += 1;
+            values[plan.mean + 1] += value;
+        }
+    }
+}
+
+template <size_t... I>
+constexpr std::array<AggregateSet::SimpleAdd, sizeof...(I)> make_simple_adds(
+    std::index_sequence<I...>) {
+    return {&add_simple<static_cast<unsigned>(I)>...};
+}
+
+constexpr auto simple_adds = make_simple_adds(std::make_index_sequence<64>{});
 
 Result<AggregateFn> parse_aggregate_fn(std::string_view name) {
     std::string known;
@@ -210,6 +242,15 @@ AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions qua
         field_seen = true;
         simple_.field = op.field;
     }
+    if (!simple_.usable) return;
+    unsigned mask = 0;
+    if (simple_.count_events >= 0) mask |= SimplePlan::has_count_events;
+    if (simple_.count >= 0) mask |= SimplePlan::has_count;
+    if (simple_.sum >= 0) mask |= SimplePlan::has_sum;
+    if (simple_.min >= 0) mask |= SimplePlan::has_min;
+    if (simple_.max >= 0) mask |= SimplePlan::has_max;
+    if (simple_.mean >= 0) mask |= SimplePlan::has_mean;
+    simple_add_ = simple_adds[mask];
 }
 
 AggregateState AggregateSet::make() const {
@@ -243,28 +284,10 @@ AggregateState AggregateSet::make() const {
     return state;
 }
 
-void AggregateSet::add(AggregateState& state, const double* fields, int64_t event_ms,
-                       uint64_t order) const {
+void AggregateSet::add_general(AggregateState& state, const double* fields, int64_t event_ms,
+                               uint64_t order) const {
     TM_ASSERT(state.values.size() == slots_);
     double* const values = state.values.data();
-    if (simple_.usable) {
-        // The same updates as the loop below, in a fixed order that needs no dispatch.
-        if (simple_.count_events >= 0) values[simple_.count_events] += 1;
-        if (add_ops_.size() == (simple_.count_events >= 0 ? 1u : 0u)) return;
-        const double value = fields[simple_.field];
-        if (!std::isfinite(value)) return;
-        if (simple_.count >= 0) values[simple_.count] += 1;
-        if (simple_.sum >= 0) add_sum(values[simple_.sum], value);
-        if (simple_.min >= 0 && less_for_min(value, values[simple_.min]))
-            values[simple_.min] = value;
-        if (simple_.max >= 0 && greater_for_max(value, values[simple_.max]))
-            values[simple_.max] = value;
-        if (simple_.mean >= 0) {
-            values[simple_.mean] += 1;
-            values[simple_.mean + 1] += value;
-        }
-        return;
-    }
     for (const AddOp& op : add_ops_) {
         double* slot = values + op.slot;
         if (op.kind == AddKind::count_events) {
@@ -398,7 +421,7 @@ void AggregateSet::results(const AggregateState& state,
 }
 
 size_t AggregateSet::bytes(const AggregateState& state) const {
-    size_t total = sizeof(AggregateState) + state.values.capacity() * sizeof(double);
+    size_t total = sizeof(AggregateState) + state.values.heap_capacity() * sizeof(double);
     for (const QuantileSketch& sketch : state.sketches)
         total += sketch.bytes();
     total += (state.sketches.capacity() - state.sketches.size()) * sizeof(QuantileSketch);
@@ -408,7 +431,8 @@ size_t AggregateSet::bytes(const AggregateState& state) const {
 size_t AggregateSet::bytes_per_window() const {
     const size_t sketches = static_cast<size_t>(
         std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
-    return sizeof(AggregateState) + slots_ * sizeof(double) + sketches * sizeof(QuantileSketch);
+    const size_t heap_slots = slots_ > SlotValues::inline_max ? slots_ : 0;
+    return sizeof(AggregateState) + heap_slots * sizeof(double) + sketches * sizeof(QuantileSketch);
 }
 
 void AggregateSet::encode(const AggregateState& state, std::string& out) const {

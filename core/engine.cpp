@@ -204,14 +204,16 @@ struct KeyState;
 struct Partition;
 
 // One unit of window state: a slice (tumbling, hopping) or a session.
-struct Unit {
+// Aligned so that what an event touches (bounds, dirty, the in-place aggregate values) is one
+// cache line.
+struct alignas(64) Unit {
     int64_t start = 0;
     int64_t end = 0;
-    AggregateState state;
     bool dirty = true;
     // Sessions only: whether the session fired, its last revision and (retract mode) values.
     bool fired = false;
     uint32_t revision = 0;
+    AggregateState state;
     Values values;
 };
 
@@ -223,9 +225,12 @@ struct Fired {
     Values values;  // retract mode only: what the next retract cancels
 };
 
-struct TimerLess {
-    bool operator()(const std::pair<int64_t, KeyState*>& a,
-                    const std::pair<int64_t, KeyState*>& b) const;
+// A key's timer. Entries are removed lazily: one whose key has since moved its timer (or was
+// removed, or reused by another key of another domain) no longer matches the key's due_ms and
+// domain, and is dropped when it comes to the front.
+struct TimerEntry {
+    int64_t due_ms;
+    KeyState* key;
 };
 
 // A watermark and the windows that close on it: the pipeline's (scope global) or one
@@ -235,28 +240,40 @@ struct Domain {
     bool idle = false;  // every partition of the domain is idle: the watermark follows ingest time
     int64_t idle_since_ms = 0;
     int64_t idle_base_ms = 0;
-    std::set<std::pair<int64_t, KeyState*>, TimerLess> timers;
+    // A binary min-heap on due time only: keys due at the same time are put in key order when
+    // they fire (see fire_due_slow), so inserting compares no key. Limits: at most
+    // 2 * timers_live + 16 entries (compact_timers), and timers_live <= keys <= keys_max.
+    std::vector<TimerEntry> timers;
+    uint64_t timers_live = 0;  // keys of this domain whose due_ms is set
+    // Scope partition: the partition's position in Pipeline::idle_deadlines_.
+    int64_t idle_deadline_ms = time_max;
 };
 
-struct Partition {
-    std::string name;
-    uint32_t index = 0;
+// One cache line: what an event touches, and the name it is compared by.
+struct alignas(64) Partition {
     int64_t max_event_ms = time_min;
     int64_t last_ingest_ms = time_min;
     bool idle = true;  // until its first event
     bool dirty = false;
-    Partition* prev = nullptr;  // activity list (least recently active first)
-    Partition* next = nullptr;
-    bool listed = false;
-    std::unique_ptr<Domain> domain;       // scope partition only
-    int64_t idle_deadline_ms = time_max;  // scope partition: position in the idle deadline set
+    uint32_t index = 0;
+    std::string name;
+    std::unique_ptr<Domain> domain;  // scope partition only
 };
 
-struct KeyState {
-    std::string key;
+// An active partition's place in the idle queue: `last_ingest_ms` is the partition's last
+// ingest time when the entry was (re)placed, never later than the partition's own.
+struct ActivityEntry {
+    int64_t last_ingest_ms;
+    uint32_t index;
+    Partition* partition;
+};
+
+// The fields an event touches come first, so that they share one cache line.
+struct alignas(64) KeyState {
     Partition* partition = nullptr;  // scope partition: the owner; scope global: the last seen
+    std::vector<Unit> units;         // sorted by start
+    std::string key;
     Domain* domain = nullptr;
-    std::vector<Unit> units;              // sorted by start
     std::vector<Fired> fired;             // sorted by end
     int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
     int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
@@ -271,10 +288,8 @@ std::string_view name_of(const Partition& p) {
     return p.name;
 }
 
-bool TimerLess::operator()(const std::pair<int64_t, KeyState*>& a,
-                           const std::pair<int64_t, KeyState*>& b) const {
-    if (a.first != b.first) return a.first < b.first;
-    return a.second->key < b.second->key;
+bool timer_later(const TimerEntry& a, const TimerEntry& b) {
+    return a.due_ms > b.due_ms;
 }
 
 struct DeadlineLess {
@@ -316,6 +331,7 @@ class Pipeline {
         fresh_ = aggs_.make();
         scratch_ = fresh_;
         unit_bytes_ = aggs_.bytes_per_window() + sizeof(Unit);
+        id_seed_ = emission_id_seed(node_id_, spec_.name);
     }
 
     const PipelineSpec& spec() const { return spec_; }
@@ -325,10 +341,18 @@ class Pipeline {
         now_ms_ = now_ms;
         stats_.ingest_ms = now_ms;
         const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
-        while (active_head_ && sat_add(active_head_->last_ingest_ms, idle_timeout) <= now_ms) {
-            Partition* p = active_head_;
+        // Partitions go idle in order of last ingest time (ties by index). An entry whose
+        // partition saw records since it was placed moves back to that time instead.
+        while (!activity_.empty() &&
+               sat_add(activity_.front().last_ingest_ms, idle_timeout) <= now_ms) {
+            Partition* p = activity_.front().partition;
+            if (p->last_ingest_ms != activity_.front().last_ingest_ms) {
+                activity_.front().last_ingest_ms = p->last_ingest_ms;
+                activity_sift_down(0);
+                continue;
+            }
+            activity_pop();
             const int64_t idle_at = sat_add(p->last_ingest_ms, idle_timeout);
-            unlist(p);
             p->idle = true;
             mark_dirty(p);
             --active_;
@@ -339,7 +363,7 @@ class Pipeline {
                 d.idle_base_ms = d.watermark;
                 schedule_idle(p);
             } else {
-                tree_set(p->index, time_max);
+                low_set(*p, time_max);
                 if (active_ == 0) {
                     global_.idle = true;
                     global_.idle_since_ms = idle_at;
@@ -351,7 +375,7 @@ class Pipeline {
             while (!idle_deadlines_.empty() && idle_deadlines_.begin()->first <= now_ms) {
                 Partition* p = idle_deadlines_.begin()->second;
                 idle_deadlines_.erase(idle_deadlines_.begin());
-                p->idle_deadline_ms = time_max;
+                p->domain->idle_deadline_ms = time_max;
                 Domain& d = *p->domain;
                 raise_watermark(d, idle_watermark(d, now_ms));
                 mark_dirty(p);
@@ -365,6 +389,7 @@ class Pipeline {
     }
 
     void process(const Event& event, EmissionSink& sink) {
+        TM_ASSERT(event.fields.size() == spec_.fields.size());
         if (event.ingest_ms > now_ms_) advance(event.ingest_ms, sink);
         ++stats_.events_in;
         int64_t t = event.event_ms;
@@ -385,6 +410,8 @@ class Pipeline {
             key = composite_;
         }
         KeyState* k = find_key(key);
+        // The key's partition is read anyway (touch_partition): comparing its name costs no
+        // extra cache line.
         Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
                            ? k->partition
                            : find_partition(part_name);
@@ -404,15 +431,17 @@ class Pipeline {
         }
         touch_partition(p, t, event.ingest_ms);
         if (scope_partition_) {
-            if (p->idle_deadline_ms != time_max) {
-                idle_deadlines_.erase({p->idle_deadline_ms, p});
-                p->idle_deadline_ms = time_max;
+            if (p->domain->idle_deadline_ms != time_max) {
+                idle_deadlines_.erase({p->domain->idle_deadline_ms, p});
+                p->domain->idle_deadline_ms = time_max;
             }
             d.idle = false;
             raise_watermark(d, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
         } else {
             global_.idle = false;
-            raise_watermark(global_, tree_.empty() ? time_max : tree_[1]);
+            // While a partition is known to be at or below the watermark, the minimum is too
+            // and the watermark stays: the minimum is looked up only when that one moves up.
+            if (low_witness_ == no_witness) raise_watermark(global_, global_low());
         }
         fire_due(d, sink);
     }
@@ -423,7 +452,8 @@ class Pipeline {
         stats_.state_bytes = units_total_ * unit_bytes_ +
                              fired_total_ * (sizeof(Fired) + 16 * spec_.aggregates.size()) +
                              keys_.size() * (sizeof(KeyState) + 48) +
-                             partitions_.size() * (sizeof(Partition) + 48);
+                             partitions_.size() * (sizeof(Partition) + 48 + sizeof(ActivityEntry) +
+                                                   2 * sizeof(int64_t));
         stats_.partitions_active = active_;
         stats_.partitions_idle = partitions_.size() - active_;
         if (scope_partition_) {
@@ -508,10 +538,9 @@ class Pipeline {
             return a->index < b->index;
         });
         for (Partition* p : active) {
-            list_back(p);
+            activity_push(p);
             ++active_;
-            if (!scope_partition_)
-                tree_set(p->index, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
+            if (!scope_partition_) low_set(*p, candidate_of(*p));
         }
         std::vector<KeyState*> keys;
         keys_.for_each([&](KeyState& k) { keys.push_back(&k); });
@@ -540,33 +569,34 @@ class Pipeline {
     }
 
     Partition* create_partition(std::string_view name) {
-        auto owned = std::make_unique<Partition>();
-        owned->name = std::string(name);
-        owned->index = static_cast<uint32_t>(partition_list_.size());
-        if (scope_partition_) owned->domain = std::make_unique<Domain>();
-        Partition* p = owned.get();
+        const size_t index = partition_list_.size();
+        if (index % pool_chunk == 0)
+            partition_chunks_.push_back(std::make_unique<Partition[]>(pool_chunk));
+        Partition* p = &partition_chunks_.back()[index % pool_chunk];
+        p->name = std::string(name);
+        p->index = static_cast<uint32_t>(index);
+        if (scope_partition_) p->domain = std::make_unique<Domain>();
         partitions_.insert(p, hash_name(p->name));
-        partition_owner_.push_back(std::move(owned));
         partition_list_.push_back(p);
-        if (!scope_partition_) tree_set(p->index, time_max);
         return p;
     }
 
-    void touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
+    // Per event: no list or tree moves. The partition's place in activity_ is brought up to
+    // date when it reaches the front (see advance), its leaf of low_tree_ when the minimum is
+    // needed (see global_low).
+    TM_HOT void touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
         mark_dirty(p);
-        if (p->idle) {
-            p->idle = false;
-            ++active_;
-            list_back(p);
-        } else if (p != active_tail_) {  // already the most recently active: nothing moves
-            unlist(p);
-            list_back(p);
-        }
         p->last_ingest_ms = ingest_ms;
         const bool raised = event_ms > p->max_event_ms;
         if (raised) p->max_event_ms = event_ms;
-        if (!scope_partition_ && (raised || tree_leaf(p->index) == time_max))
-            tree_set(p->index, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
+        if (p->idle) {
+            p->idle = false;
+            ++active_;
+            activity_push(p);
+            if (!scope_partition_) low_set(*p, candidate_of(*p));
+        } else if (raised && !scope_partition_) {
+            low_set(*p, candidate_of(*p));
+        }
     }
 
     void mark_dirty(Partition* p) {
@@ -576,57 +606,99 @@ class Pipeline {
         }
     }
 
-    void list_back(Partition* p) {
-        p->prev = active_tail_;
-        p->next = nullptr;
-        if (active_tail_)
-            active_tail_->next = p;
-        else
-            active_head_ = p;
-        active_tail_ = p;
-        p->listed = true;
+    // --- the idle queue: a binary min-heap of (last ingest, index), one entry per active
+    // partition (so bounded by keys_max) -----------------------------------------------------
+
+    static bool activity_less(const ActivityEntry& a, const ActivityEntry& b) {
+        if (a.last_ingest_ms != b.last_ingest_ms) return a.last_ingest_ms < b.last_ingest_ms;
+        return a.index < b.index;
     }
 
-    void unlist(Partition* p) {
-        if (!p->listed) return;
-        if (p->prev)
-            p->prev->next = p->next;
-        else
-            active_head_ = p->next;
-        if (p->next)
-            p->next->prev = p->prev;
-        else
-            active_tail_ = p->prev;
-        p->prev = p->next = nullptr;
-        p->listed = false;
-    }
-
-    // Minimum over partitions of (max event - delay), idle ones as +inf: an array-backed
-    // tournament tree, so an update costs O(log partitions) and usually stops after a level.
-    int64_t tree_leaf(uint32_t index) const { return tree_[tree_capacity_ + index]; }
-
-    TM_HOT void tree_set(uint32_t index, int64_t value) {
-        if (index >= tree_capacity_) tree_grow(index);
-        size_t i = tree_capacity_ + index;
-        tree_[i] = value;
-        for (i /= 2; i >= 1; i /= 2) {
-            const int64_t m = std::min(tree_[2 * i], tree_[2 * i + 1]);
-            if (tree_[i] == m) break;
-            tree_[i] = m;
+    void activity_push(Partition* p) {
+        activity_.push_back({p->last_ingest_ms, p->index, p});
+        size_t i = activity_.size() - 1;
+        while (i > 0) {
+            const size_t parent = (i - 1) / 2;
+            if (!activity_less(activity_[i], activity_[parent])) break;
+            std::swap(activity_[i], activity_[parent]);
+            i = parent;
         }
     }
 
-    void tree_grow(uint32_t index) {
-        size_t capacity = std::max<size_t>(16, tree_capacity_);
+    void activity_sift_down(size_t i) {
+        const size_t n = activity_.size();
+        for (;;) {
+            size_t least = i;
+            const size_t l = 2 * i + 1, r = l + 1;
+            if (l < n && activity_less(activity_[l], activity_[least])) least = l;
+            if (r < n && activity_less(activity_[r], activity_[least])) least = r;
+            if (least == i) return;
+            std::swap(activity_[i], activity_[least]);
+            i = least;
+        }
+    }
+
+    void activity_pop() {
+        activity_.front() = activity_.back();
+        activity_.pop_back();
+        if (!activity_.empty()) activity_sift_down(0);
+    }
+
+    // --- the global watermark: the minimum candidate (max event - delay) over partitions that
+    // are not idle. low_tree_ is a tournament tree over the candidates, idle ones as +inf; a
+    // changed leaf is written at once but its path to the root only when the minimum is needed.
+    // The minimum is needed only when no partition is known to be at or below the watermark:
+    // low_witness_ names one until it moves up (or goes idle). Limits: leaves and dirty list
+    // are bounded by the partitions, so by keys_max. --------------------------------------
+
+    int64_t candidate_of(const Partition& p) const {
+        return sat_add(p.max_event_ms, -spec_.watermark.delay_ms);
+    }
+
+    TM_HOT void low_set(Partition& p, int64_t value) {
+        if (p.index >= low_capacity_) low_grow(p.index);
+        low_tree_[low_capacity_ + p.index] = value;
+        // Leaves whose paths are out of date; past a sixteenth of the leaves the whole tree is
+        // rebuilt instead, so the list stops there.
+        if (low_dirty_.size() <= low_capacity_ / 16) low_dirty_.push_back(p.index);
+        if (p.index == low_witness_ && value > global_.watermark) low_witness_ = no_witness;
+    }
+
+    void low_grow(uint32_t index) {
+        size_t capacity = std::max<size_t>(16, low_capacity_);
         while (capacity <= index)
             capacity *= 2;
         std::vector<int64_t> grown(2 * capacity, time_max);
-        for (size_t i = 0; i < tree_capacity_; ++i)
-            grown[capacity + i] = tree_[tree_capacity_ + i];
+        for (size_t i = 0; i < low_capacity_; ++i)
+            grown[capacity + i] = low_tree_[low_capacity_ + i];
         for (size_t i = capacity - 1; i >= 1; --i)
             grown[i] = std::min(grown[2 * i], grown[2 * i + 1]);
-        tree_ = std::move(grown);
-        tree_capacity_ = capacity;
+        low_tree_ = std::move(grown);
+        low_capacity_ = capacity;
+        low_dirty_.clear();  // every path was just rebuilt
+    }
+
+    // The minimum over partitions that are not idle (time_max when none); names the partition
+    // holding it as the new witness.
+    int64_t global_low() {
+        if (low_capacity_ == 0) return time_max;
+        const size_t n = low_capacity_;
+        if (low_dirty_.size() * 16 > n) {
+            for (size_t i = n - 1; i >= 1; --i)
+                low_tree_[i] = std::min(low_tree_[2 * i], low_tree_[2 * i + 1]);
+        } else {
+            for (const uint32_t index : low_dirty_)
+                for (size_t i = (n + index) / 2; i >= 1; i /= 2)
+                    low_tree_[i] = std::min(low_tree_[2 * i], low_tree_[2 * i + 1]);
+        }
+        low_dirty_.clear();
+        const int64_t low = low_tree_[1];
+        if (low == time_max) return low;
+        size_t i = 1;
+        while (i < n)
+            i = low_tree_[2 * i] == low ? 2 * i : 2 * i + 1;
+        low_witness_ = static_cast<uint32_t>(i - n);
+        return low;
     }
 
     static int64_t idle_watermark(const Domain& d, int64_t now_ms) {
@@ -642,15 +714,16 @@ class Pipeline {
     // reach its earliest timer, as an ingest time.
     void schedule_idle(Partition* p) {
         Domain& d = *p->domain;
-        if (p->idle_deadline_ms != time_max) {
-            idle_deadlines_.erase({p->idle_deadline_ms, p});
-            p->idle_deadline_ms = time_max;
+        if (p->domain->idle_deadline_ms != time_max) {
+            idle_deadlines_.erase({p->domain->idle_deadline_ms, p});
+            p->domain->idle_deadline_ms = time_max;
         }
-        if (!d.idle || d.timers.empty()) return;
-        const int64_t due = d.timers.begin()->first;
+        if (!d.idle) return;
+        const int64_t due = timer_front(d);
+        if (due == time_max) return;
         const int64_t deadline = sat_add(d.idle_since_ms, due - d.idle_base_ms);
-        p->idle_deadline_ms = std::max(deadline, now_ms_ + 1);
-        idle_deadlines_.insert({p->idle_deadline_ms, p});
+        p->domain->idle_deadline_ms = std::max(deadline, now_ms_ + 1);
+        idle_deadlines_.insert({p->domain->idle_deadline_ms, p});
     }
 
     // --- keys and timers ---------------------------------------------------------------------
@@ -668,19 +741,19 @@ class Pipeline {
             }
             k = create_key(key, p, d);
         }
-        if (!scope_partition_) k->partition = p;
+        if (!scope_partition_ && k->partition != p) k->partition = p;
         return k;
     }
 
     KeyState* create_key(std::string_view key, Partition* p, Domain& d) {
         KeyState* k;
-        if (!free_keys_.empty()) {
-            k = free_keys_.back();
-            free_keys_.pop_back();
-        } else {
-            key_pool_.push_back(std::make_unique<KeyState>());
-            k = key_pool_.back().get();
+        if (free_keys_.empty()) {
+            key_chunks_.push_back(std::make_unique<KeyState[]>(pool_chunk));
+            for (size_t i = pool_chunk; i-- > 0;)
+                free_keys_.push_back(&key_chunks_.back()[i]);
         }
+        k = free_keys_.back();
+        free_keys_.pop_back();
         k->key.assign(key);
         k->partition = p;
         k->domain = &d;
@@ -690,7 +763,7 @@ class Pipeline {
 
     void remove_key(KeyState* k) {
         TM_ASSERT(k->units.empty() && k->fired.empty());
-        if (k->due_ms != time_max) k->domain->timers.erase({k->due_ms, k});
+        timer_cancel(*k);
         if (tracking_) erased_.push_back(meta_key(k->key));
         keys_.erase(k->key, hash_name(k->key));
         // Back to a fresh key's state, keeping the capacity of its vectors.
@@ -714,66 +787,161 @@ class Pipeline {
         return session_ ? session_due(k) : slice_due(k);
     }
 
+    // --- timers (Domain::timers) -------------------------------------------------------------
+
+    static bool timer_valid(const Domain& d, const TimerEntry& e) {
+        return e.key->due_ms == e.due_ms && e.key->domain == &d;
+    }
+
+    void timer_add(KeyState& k, int64_t due) {
+        Domain& d = *k.domain;
+        TM_ASSERT(k.due_ms == time_max && due != time_max);
+        if (d.timers.size() >= 2 * d.timers_live + 16) compact_timers(d);
+        k.due_ms = due;
+        ++d.timers_live;
+        d.timers.push_back({due, &k});
+        std::push_heap(d.timers.begin(), d.timers.end(), timer_later);
+    }
+
+    // The entry stays in the heap until it comes to the front.
+    void timer_cancel(KeyState& k) {
+        if (k.due_ms == time_max) return;
+        k.due_ms = time_max;
+        TM_ASSERT(k.domain->timers_live > 0);
+        --k.domain->timers_live;
+    }
+
+    // The earliest due time of the domain, time_max when none.
+    int64_t timer_front(Domain& d) {
+        while (!d.timers.empty() && !timer_valid(d, d.timers.front())) {
+            std::pop_heap(d.timers.begin(), d.timers.end(), timer_later);
+            d.timers.pop_back();
+        }
+        return d.timers.empty() ? time_max : d.timers.front().due_ms;
+    }
+
+    // Drops the stale entries and the duplicates (a key that moved its timer away and back).
+    void compact_timers(Domain& d) {
+        std::erase_if(d.timers, [&](const TimerEntry& e) { return !timer_valid(d, e); });
+        std::sort(d.timers.begin(), d.timers.end(), [](const TimerEntry& a, const TimerEntry& b) {
+            return a.due_ms != b.due_ms ? a.due_ms < b.due_ms : std::less<>{}(a.key, b.key);
+        });
+        d.timers.erase(std::unique(d.timers.begin(), d.timers.end(),
+                                   [](const TimerEntry& a, const TimerEntry& b) {
+                                       return a.due_ms == b.due_ms && a.key == b.key;
+                                   }),
+                       d.timers.end());
+        std::make_heap(d.timers.begin(), d.timers.end(), timer_later);
+        TM_ASSERT(d.timers.size() == d.timers_live);
+    }
+
     // Timers may ring early, never late: when a key's due moves later (a session grows), its
     // entry stays where it is and fire_due() moves it when it rings, so the common case costs no
-    // tree update. `due_ms` is the entry's position, not necessarily the key's real due.
+    // heap update. `due_ms` is the entry's position, not necessarily the key's real due.
     void reschedule(KeyState& k) {
         const int64_t due = compute_due(k);
         if (k.due_ms != time_max && due >= k.due_ms) return;
-        if (k.due_ms != time_max) k.domain->timers.erase({k.due_ms, &k});
-        k.due_ms = due;
+        timer_cancel(k);
         if (due == time_max) return;
-        k.domain->timers.insert({due, &k});
-        if (scope_partition_ && k.domain->idle && k.domain->timers.begin()->first == due)
+        timer_add(k, due);
+        if (scope_partition_ && k.domain->idle && timer_front(*k.domain) == due)
             schedule_idle(k.partition);
     }
 
     TM_HOT void fire_due(Domain& d, EmissionSink& sink) {
-        if (!d.timers.empty() && d.timers.begin()->first <= d.watermark) fire_due_slow(d, sink);
+        // The front may be stale (then due no later than the real front): the slow path sorts
+        // that out.
+        if (!d.timers.empty() && d.timers.front().due_ms <= d.watermark) fire_due_slow(d, sink);
     }
 
+    // Sorts keys as std::string's operator< does and drops duplicates. Keys of one stream
+    // mostly share a prefix ("device-"): each is given the 8 bytes that follow the prefix
+    // common to all, big-endian, so that most comparisons are of one integer.
+    void sort_by_key(std::vector<KeyState*>& keys) {
+        if (keys.size() < 2) return;
+        std::string_view first = keys.front()->key;
+        size_t common = first.size();
+        for (const KeyState* k : keys) {
+            const std::string_view name = k->key;
+            size_t i = 0;
+            const size_t n = std::min(common, name.size());
+            while (i < n && name[i] == first[i])
+                ++i;
+            common = i;
+        }
+        sort_scratch_.clear();
+        for (KeyState* k : keys) {
+            const std::string_view name = std::string_view(k->key).substr(common);
+            uint64_t rank = 0;
+            for (size_t i = 0; i < 8; ++i)
+                rank = (rank << 8) | (i < name.size() ? static_cast<uint8_t>(name[i]) : 0);
+            sort_scratch_.push_back({rank, k});
+        }
+        std::sort(sort_scratch_.begin(), sort_scratch_.end(),
+                  [](const RankedKey& a, const RankedKey& b) {
+                      if (a.rank != b.rank) return a.rank < b.rank;
+                      return a.key->key < b.key->key;
+                  });
+        keys.clear();
+        for (const RankedKey& r : sort_scratch_)
+            if (keys.empty() || keys.back() != r.key) keys.push_back(r.key);
+    }
+
+    // Fires in (due, key) order: every key due at the earliest time, sorted by key, then the
+    // next time. Firing a key only moves that key's own timer, and to a later time.
     void fire_due_slow(Domain& d, EmissionSink& sink) {
-        while (!d.timers.empty()) {
-            auto it = d.timers.begin();
-            if (it->first > d.watermark) break;
-            const int64_t due = it->first;
-            KeyState* k = it->second;
-            d.timers.erase(it);
-            k->due_ms = time_max;
-            const int64_t real_due = compute_due(*k);
-            if (real_due > due) {  // rang early: move it to where it belongs
-                if (real_due != time_max) {
-                    k->due_ms = real_due;
-                    d.timers.insert({real_due, k});
-                }
-                continue;
+        for (;;) {
+            const int64_t due = timer_front(d);
+            if (due > d.watermark) break;
+            due_keys_.clear();
+            while (!d.timers.empty() && d.timers.front().due_ms == due) {
+                const TimerEntry e = d.timers.front();
+                std::pop_heap(d.timers.begin(), d.timers.end(), timer_later);
+                d.timers.pop_back();
+                if (timer_valid(d, e)) due_keys_.push_back(e.key);
             }
-            TM_ASSERT(real_due == due);
-            if (session_)
-                session_due_reached(*k, due, d, sink);
-            else
-                slice_due_reached(*k, due, d, sink);
-            if (k->units.empty() && k->fired.empty())
-                remove_key(k);
-            else
-                reschedule(*k);
+            sort_by_key(due_keys_);
+            // Off the timers before any fires, so that the heap and timers_live agree while
+            // firing reschedules (and may compact).
+            for (KeyState* k : due_keys_) {
+                TM_ASSERT(k->due_ms == due && k->domain == &d);
+                timer_cancel(*k);
+            }
+            for (KeyState* k : due_keys_) {
+                const int64_t real_due = compute_due(*k);
+                if (real_due > due) {  // rang early: move it to where it belongs
+                    if (real_due != time_max) timer_add(*k, real_due);
+                    continue;
+                }
+                TM_ASSERT(real_due == due);
+                if (session_)
+                    session_due_reached(*k, due, d, sink);
+                else
+                    slice_due_reached(*k, due, d, sink);
+                if (k->units.empty() && k->fired.empty())
+                    remove_key(k);
+                else
+                    reschedule(*k);
+            }
         }
     }
 
     // --- emissions -----------------------------------------------------------------------
 
+    // One Emission reused for every record: its key and values keep their capacity, so an
+    // emission allocates nothing once the longest key and the values have been seen.
     void emit(EmissionSink& sink, const KeyState& k, int64_t start, int64_t end, EmissionKind kind,
               uint32_t revision, ClosedBy closed_by, const Values& values, int64_t watermark) {
-        Emission e;
+        Emission& e = emission_;
         e.kind = kind;
         e.revision = revision;
-        e.key = k.key;
+        e.key.assign(k.key);
         e.start_ms = start;
         e.end_ms = end;
         e.closed_by = closed_by;
-        e.values = values;
+        e.values.assign(values.begin(), values.end());
         e.watermark_ms = watermark;
-        e.id = emission_id(node_id_, spec_.name, k.key, start, end, revision, kind);
+        e.id = emission_id_from_seed(id_seed_, k.key, start, end, revision, kind);
         switch (kind) {
             case EmissionKind::final_result:
                 ++stats_.emitted_final;
@@ -1349,19 +1517,25 @@ class Pipeline {
     size_t unit_bytes_ = 0;
 
     NameTable<KeyState> keys_;
+    // KeyStates and Partitions are allocated pool_chunk at a time (they are cache-line
+    // aligned, and an aligned allocation is slow): one allocation per chunk, not per key.
+    static constexpr size_t pool_chunk = 64;
     // Every KeyState allocated, live or free: a removed key's state (and the capacity of its
-    // vectors) is reused by the next new key. Bounded by the most keys live at once (keys_max).
-    std::vector<std::unique_ptr<KeyState>> key_pool_;
+    // vectors) is reused by the next new key. Bounded by the most keys live at once (keys_max),
+    // rounded up to a chunk.
+    std::vector<std::unique_ptr<KeyState[]>> key_chunks_;
     std::vector<KeyState*> free_keys_;
     NameTable<Partition> partitions_;
-    std::vector<std::unique_ptr<Partition>> partition_owner_;
-    std::vector<Partition*> partition_list_;  // by index
+    std::vector<std::unique_ptr<Partition[]>> partition_chunks_;  // never freed: keys_max
+    std::vector<Partition*> partition_list_;                      // by index
     Domain global_;
-    Partition* active_head_ = nullptr;
-    Partition* active_tail_ = nullptr;
+    std::vector<ActivityEntry> activity_;  // active partitions, see advance()
     uint64_t active_ = 0;
-    std::vector<int64_t> tree_;
-    size_t tree_capacity_ = 0;
+    static constexpr uint32_t no_witness = std::numeric_limits<uint32_t>::max();
+    std::vector<int64_t> low_tree_;  // scope global, see global_low()
+    size_t low_capacity_ = 0;
+    std::vector<uint32_t> low_dirty_;  // at most low_capacity_ / 16 + 1
+    uint32_t low_witness_ = no_witness;
     std::set<std::pair<int64_t, Partition*>, DeadlineLess> idle_deadlines_;
     int64_t now_ms_ = time_min;
     uint64_t units_total_ = 0;
@@ -1380,6 +1554,14 @@ class Pipeline {
     AggregateState scratch_;
     Values values_;
     std::string composite_;
+    Emission emission_;
+    std::vector<KeyState*> due_keys_;  // fire_due_slow's batch; bounded by keys_max
+    struct RankedKey {
+        uint64_t rank;
+        KeyState* key;
+    };
+    std::vector<RankedKey> sort_scratch_;  // sort_by_key's; bounded by keys_max
+    uint64_t id_seed_ = 0;                 // emission_id_seed(node, pipeline name)
 };
 
 struct Engine::Impl {
@@ -1426,7 +1608,6 @@ void Engine::advance(int64_t ingest_ms, EmissionSink& sink) {
 
 void Engine::process(uint32_t pipeline, const Event& event, EmissionSink& sink) {
     TM_ASSERT(pipeline < impl_->pipelines.size());
-    TM_ASSERT(event.fields.size() == impl_->specs[pipeline].fields.size());
     impl_->pipelines[pipeline]->process(event, sink);
 }
 

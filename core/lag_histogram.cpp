@@ -7,34 +7,12 @@
 
 namespace tidemark::core {
 
-int LagHistogram::bucket_of(uint64_t v) {
-    constexpr uint64_t sub = uint64_t{1} << sub_bits;
-    if (v < sub) return static_cast<int>(v);
-    const int top = 63 - std::countl_zero(v);  // >= sub_bits
-    const int shift = top - sub_bits;
-    const uint64_t mantissa = (v >> shift) - sub;  // 0 .. sub-1
-    return static_cast<int>((static_cast<uint64_t>(shift + 1) << sub_bits) + mantissa);
-}
-
 uint64_t LagHistogram::lower_bound_of(int bucket) {
     constexpr uint64_t sub = uint64_t{1} << sub_bits;
     const uint64_t b = static_cast<uint64_t>(bucket);
     if (b < sub) return b;
     const uint64_t shift = (b >> sub_bits) - 1;
     return ((b & (sub - 1)) + sub) << shift;
-}
-
-void LagHistogram::add(int64_t lag_ms) {
-    ++count_;
-    if (lag_ms >= 0) {
-        ++positive_[static_cast<size_t>(bucket_of(static_cast<uint64_t>(lag_ms)))];
-    } else {
-        const uint64_t magnitude =
-            lag_ms == INT64_MIN ? uint64_t{1} << 63 : static_cast<uint64_t>(-lag_ms);
-        int b = bucket_of(magnitude);
-        if (b >= buckets) b = buckets - 1;
-        ++negative_[static_cast<size_t>(b)];
-    }
 }
 
 void LagHistogram::merge(const LagHistogram& other) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,7 +19,19 @@ namespace tidemark::core {
 /// Limits: 2 x 59 x 32 counters, 30 KiB, whatever the input.
 class LagHistogram {
   public:
-    void add(int64_t lag_ms);
+    /// Inline: it runs for every event.
+    void add(int64_t lag_ms) {
+        ++count_;
+        if (lag_ms >= 0) {
+            ++positive_[static_cast<size_t>(bucket_of(static_cast<uint64_t>(lag_ms)))];
+        } else {
+            const uint64_t magnitude =
+                lag_ms == INT64_MIN ? uint64_t{1} << 63 : static_cast<uint64_t>(-lag_ms);
+            int b = bucket_of(magnitude);
+            if (b >= buckets) b = buckets - 1;
+            ++negative_[static_cast<size_t>(b)];
+        }
+    }
     void merge(const LagHistogram& other);
     /// The q-quantile (0 <= q <= 1), or 0 when empty.
     int64_t quantile(double q) const;
@@ -32,7 +45,14 @@ class LagHistogram {
     static constexpr int buckets = (64 - sub_bits) * (1 << sub_bits);
 
   private:
-    static int bucket_of(uint64_t magnitude);
+    static int bucket_of(uint64_t v) {
+        constexpr uint64_t sub = uint64_t{1} << sub_bits;
+        if (v < sub) return static_cast<int>(v);
+        const int top = 63 - std::countl_zero(v);  // >= sub_bits
+        const int shift = top - sub_bits;
+        const uint64_t mantissa = (v >> shift) - sub;  // 0 .. sub-1
+        return static_cast<int>((static_cast<uint64_t>(shift + 1) << sub_bits) + mantissa);
+    }
     static uint64_t lower_bound_of(int bucket);
     uint64_t count_ = 0;
     std::array<uint64_t, buckets> positive_{};

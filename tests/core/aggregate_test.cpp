@@ -264,5 +264,6 @@ TEST_CASE("memory estimates", "[aggregate]") {
     }
     CHECK(set.bytes(state) > set.bytes_per_window());
     const AggregateSet counts({spec("n", AggregateFn::count, -1)}, QuantileOptions{});
-    CHECK(counts.bytes_per_window() == sizeof(AggregateState) + sizeof(double));
+    // A few values are held in the state itself: nothing on the heap.
+    CHECK(counts.bytes_per_window() == sizeof(AggregateState));
 }
