@@ -11,7 +11,10 @@
 //     both runs are bound by the broker's one thread, so forward.ratio_ceiling =
 //     broker CPU per QoS0 row / broker CPU per QoS1 row is the best ratio any client could
 //     reach against this broker on this machine.
-// Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N]
+// The outbox is tidemark's own LMDB store (--outbox lmdb, the default: under
+// $TIDEMARK_BUILD_DIR or /var/tmp, so that its fsyncs reach a disk), filled before each drain, or
+// rows generated in memory (--outbox memory: the forwarder and the broker alone).
+// Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N] [--outbox lmdb|memory]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -35,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "adapters/lmdb/store.h"
 #include "adapters/mqtt/forwarder.h"
 
 extern char** environ;
@@ -50,8 +54,14 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
+pid_t broker_pid = -1;  // stopped by die(): an orphaned broker would hold our output pipe
+
 [[noreturn]] void die(const std::string& message) {
     std::fprintf(stderr, "bench_forward: %s\n", message.c_str());
+    if (broker_pid > 0) {
+        ::kill(broker_pid, SIGTERM);
+        ::waitpid(broker_pid, nullptr, 0);
+    }
     std::exit(1);
 }
 
@@ -101,6 +111,7 @@ class Mosquitto {
                            environ) != 0) {
             die("cannot start mosquitto (apt-get install mosquitto)");
         }
+        broker_pid = pid_;
         const auto deadline = Clock::now() + 10s;
         while (!port_open(port_)) {
             if (Clock::now() > deadline) die("mosquitto did not open its port");
@@ -127,6 +138,7 @@ class Mosquitto {
         ::kill(pid_, SIGTERM);
         ::waitpid(pid_, nullptr, 0);
         pid_ = -1;
+        broker_pid = -1;
     }
 
   private:
@@ -205,6 +217,86 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
     Clock::time_point last_delete_at_;
 };
 
+// The outbox as the daemon has it: rows in LMDB, deleted in batches on PUBACK (fsync each).
+class LmdbOutbox final : public tidemark::mqtt::OutboxSource {
+  public:
+    explicit LmdbOutbox(uint64_t rows) : rows_(rows) {
+        const char* base = std::getenv("TIDEMARK_BUILD_DIR");
+        dir_ = std::string(base ? base : "/var/tmp") + "/bench-forward-" +
+               std::to_string(::getpid()) + "-" + std::to_string(instance_++);
+        std::filesystem::remove_all(dir_);
+        tidemark::lmdb::StoreOptions options;
+        options.dir = dir_;
+        options.map_size_bytes = (rows * 600 + (64 << 20)) * 2;
+        options.outbox_bytes_max = options.map_size_bytes / 2;
+        options.compact_superseded = false;
+        auto store = tidemark::lmdb::Store::open(options);
+        if (!store) die("cannot open the LMDB outbox in " + dir_ + ": " + store.error().message);
+        store_ = std::move(*store);
+        // Appended in the daemon's way: batches in one transaction each.
+        std::vector<tidemark::lmdb::OutboxRow> batch;
+        for (uint64_t seq = 0; seq < rows; ++seq) {
+            const OutboundRow generated = MemoryOutbox::make_row(seq);
+            tidemark::lmdb::OutboxRow row;
+            row.id = seq * 0x9E3779B97F4A7C15ULL + 1;
+            row.pipeline = "room_temp_1m";
+            row.key = "dev-" + std::to_string(seq % 1000);
+            row.window_start_ms = static_cast<int64_t>(1764400000000ULL + seq / 1000 * 60000);
+            row.window_end_ms = row.window_start_ms + 60000;
+            row.payload = generated.payload;
+            row.enqueued_ms = 1;
+            batch.push_back(std::move(row));
+            if (batch.size() == 10'000 || seq + 1 == rows) {
+                if (auto ok = store_->outbox_append(batch); !ok) die(ok.error().message);
+                batch.clear();
+            }
+        }
+    }
+    ~LmdbOutbox() override {
+        store_.reset();
+        std::filesystem::remove_all(dir_);
+    }
+    Result<std::vector<OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
+        auto rows = store_->outbox_peek(from_seq, limit);
+        if (!rows) return tidemark::fail(rows.error().message);
+        std::vector<OutboundRow> out;
+        out.reserve(rows->size());
+        for (auto& r : *rows)
+            out.push_back({r.seq, "tidemark/gw-01/" + r.pipeline, std::move(r.payload)});
+        return out;
+    }
+    Result<void> delivered(std::span<const uint64_t> seqs) override {
+        if (auto ok = store_->outbox_delete(seqs); !ok) return tidemark::fail(ok.error().message);
+        std::lock_guard lock(mutex_);
+        deleted_ += seqs.size();  // the forwarder never acknowledges a row twice here
+        if (deleted_ >= rows_) last_delete_at_ = Clock::now();
+        return {};
+    }
+    void claimed(uint64_t seq_next) override { store_->set_claimed(seq_next); }
+
+    bool drained() const {
+        std::lock_guard lock(mutex_);
+        return deleted_ >= rows_;
+    }
+    uint64_t deleted() const {
+        std::lock_guard lock(mutex_);
+        return deleted_;
+    }
+    Clock::time_point last_delete_at() const {
+        std::lock_guard lock(mutex_);
+        return last_delete_at_;
+    }
+
+  private:
+    static inline int instance_ = 0;
+    uint64_t rows_;
+    std::string dir_;
+    std::unique_ptr<tidemark::lmdb::Store> store_;
+    mutable std::mutex mutex_;
+    uint64_t deleted_ = 0;
+    Clock::time_point last_delete_at_;
+};
+
 tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_inflight,
                                                    const std::string& client_id) {
     tidemark::mqtt::ForwarderOptions options;
@@ -235,9 +327,10 @@ double own_cpu_s() {
 
 // Runs one forwarder over a fresh outbox of `rows`; when `outage` is set the broker is down at
 // start and comes back after outage_ms.
+template <typename Outbox>
 Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_inflight,
             std::chrono::milliseconds outage) {
-    MemoryOutbox outbox(rows);
+    Outbox outbox(rows);
     auto forwarder = tidemark::mqtt::Forwarder::create(
         forwarder_options(port, qos, max_inflight, "bench-forward-qos" + std::to_string(qos)),
         outbox);
@@ -264,9 +357,12 @@ Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_infligh
             own_cpu_at_first_ack = own_cpu_s();
         }
         if (Clock::now() > deadline) {
+            const auto stuck = (*forwarder)->stats();
             die("drain did not finish: " + std::to_string(outbox.deleted()) + " of " +
-                std::to_string(rows) +
-                " rows deleted; last error: " + (*forwarder)->stats().last_error);
+                std::to_string(rows) + " rows deleted; sends " + std::to_string(stuck.sends) +
+                ", acks " + std::to_string(stuck.acks) + ", inflight " +
+                std::to_string(stuck.inflight) + ", link " + (stuck.link_up ? "up" : "down") +
+                "; last error: " + stuck.last_error);
         }
         std::this_thread::sleep_for(first_ack == Clock::time_point{} ? 1ms : 10ms);
     }
@@ -301,6 +397,7 @@ int main(int argc, char** argv) {
     uint64_t rows = 1'000'000;
     int max_inflight = 64;
     int64_t outage_ms = 3000;
+    std::string outbox_kind = "lmdb";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         auto value = [&]() -> long long {
@@ -313,10 +410,13 @@ int main(int argc, char** argv) {
             max_inflight = static_cast<int>(value());
         else if (arg == "--outage-ms")
             outage_ms = value();
+        else if (arg == "--outbox" && i + 1 < argc)
+            outbox_kind = argv[++i];
         else
             die("unknown argument " + arg + " (use --rows N, --max-inflight N, --outage-ms N)");
     }
     if (rows == 0 || max_inflight < 1) die("--rows and --max-inflight must be positive");
+    if (outbox_kind != "lmdb" && outbox_kind != "memory") die("--outbox is lmdb or memory");
     ::signal(SIGPIPE, SIG_IGN);
 
     const int port = free_port();
@@ -324,12 +424,17 @@ int main(int argc, char** argv) {
     broker.start();
 
     std::fprintf(stderr,
-                 "bench_forward: %llu rows of ~%zu bytes, max_inflight %d, outage %lld ms\n",
+                 "bench_forward: %llu rows of ~%zu bytes, max_inflight %d, outage %lld ms, "
+                 "outbox %s\n",
                  static_cast<unsigned long long>(rows), MemoryOutbox::make_row(0).payload.size(),
-                 max_inflight, static_cast<long long>(outage_ms));
-    const Drain qos1 =
-        drain(broker, port, rows, 1, max_inflight, std::chrono::milliseconds(outage_ms));
-    const Drain qos0 = drain(broker, port, rows, 0, max_inflight, 0ms);
+                 max_inflight, static_cast<long long>(outage_ms), outbox_kind.c_str());
+    const auto outage = std::chrono::milliseconds(outage_ms);
+    const Drain qos1 = outbox_kind == "lmdb"
+                           ? drain<LmdbOutbox>(broker, port, rows, 1, max_inflight, outage)
+                           : drain<MemoryOutbox>(broker, port, rows, 1, max_inflight, outage);
+    const Drain qos0 = outbox_kind == "lmdb"
+                           ? drain<LmdbOutbox>(broker, port, rows, 0, max_inflight, 0ms)
+                           : drain<MemoryOutbox>(broker, port, rows, 0, max_inflight, 0ms);
     broker.stop();
 
     std::printf("forward.drain_rows_per_s: %.0f rows/s\n", qos1.rows_per_s);

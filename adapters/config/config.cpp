@@ -456,16 +456,18 @@ class Checker {
 
 // scheme://host[:port], the schemes Paho understands.
 void check_uri(Checker& c, const std::string& pointer, const std::string& uri) {
-    static constexpr std::string_view schemes[] = {"tcp://",   "ssl://", "mqtt://",
-                                                   "mqtts://", "ws://",  "wss://"};
+    // What every client here speaks (client_options.h's validate): MQTT over TCP or TLS. Paho
+    // would take mqtt:// and ws:// too, but the forwarder's libmosquitto does not, and a
+    // config that check-config passes must run.
+    static constexpr std::string_view schemes[] = {"tcp://", "ssl://"};
     size_t host_start = std::string::npos;
     for (auto scheme : schemes) {
         if (uri.starts_with(scheme)) host_start = scheme.size();
     }
     if (host_start == std::string::npos) {
         c.error(pointer, in_quotes(uri) +
-                             " is not a broker URI: use tcp://, ssl://, mqtt://, mqtts://, ws:// "
-                             "or wss:// followed by host:port, as in \"tcp://127.0.0.1:1883\"");
+                             " is not a broker URI: use tcp:// or ssl:// followed by host:port, "
+                             "as in \"tcp://127.0.0.1:1883\"");
         return;
     }
     std::string_view rest = std::string_view(uri).substr(host_start);
@@ -482,7 +484,12 @@ void check_uri(Checker& c, const std::string& pointer, const std::string& uri) {
                 in_quotes(uri) + " has no host: use a form such as \"tcp://127.0.0.1:1883\"");
         return;
     }
-    if (host.size() < authority.size()) {
+    if (host.size() == authority.size()) {
+        c.error(pointer, in_quotes(uri) + " has no port: use host:port, as in " +
+                             "\"tcp://127.0.0.1:1883\" (8883 is the usual one for ssl://)");
+        return;
+    }
+    {
         std::string_view port = authority.substr(host.size());
         if (!port.starts_with(':')) {
             c.error(pointer, in_quotes(uri) + " is not host:port");
@@ -498,7 +505,7 @@ void check_uri(Checker& c, const std::string& pointer, const std::string& uri) {
 }
 
 bool uri_is_encrypted(std::string_view uri) {
-    return uri.starts_with("ssl://") || uri.starts_with("mqtts://") || uri.starts_with("wss://");
+    return uri.starts_with("ssl://");
 }
 
 // {node_id}, {pipeline} and (where allowed) {key}; no wildcards, since it names a topic.
@@ -558,8 +565,8 @@ std::optional<TlsConfig> read_tls(Checker& c, const Json& parent, const std::str
                 "neither");
     }
     if (!uri.empty() && !uri_is_encrypted(uri)) {
-        c.error(p, "tls is set but " + in_quotes(uri) +
-                       " is not an encrypted transport: use ssl://, mqtts:// or wss://");
+        c.error(p,
+                "tls is set but " + in_quotes(uri) + " is not an encrypted transport: use ssl://");
     }
     return tls;
 }

@@ -1,15 +1,19 @@
 #include "adapters/mqtt/forwarder.h"
 
 #include <mosquitto.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -58,6 +62,10 @@ int no_passphrase(char*, int, int, void*) {
     return 0;
 }
 
+// Acknowledged rows waiting for their delete, at least (more with a larger max_inflight):
+// beyond it sending pauses until the disk catches up.
+constexpr size_t undeleted_rows_floor = 4096;
+
 // MQTT keep-alive below 5 s is refused by libmosquitto.
 constexpr int keep_alive_s_min = 5;
 
@@ -68,6 +76,7 @@ class Forwarder::Impl {
     Impl(ForwarderOptions options, std::vector<OutboxSource*> sources, int wake_fd)
         : options_(std::move(options)), wake_fd_(wake_fd) {
         streams_.resize(sources.size());
+        delete_queue_.resize(sources.size());
         for (size_t i = 0; i < sources.size(); ++i)
             streams_[i].source = sources[i];
         inflight_.reserve(static_cast<size_t>(options_.broker.max_inflight));
@@ -82,8 +91,10 @@ class Forwarder::Impl {
     Result<void> start() {
         TM_ASSERT(!thread_.joinable());
         try {
+            deleter_ = std::thread([this] { run_deleter(); });
             thread_ = std::thread([this] { run(); });
         } catch (const std::system_error& e) {
+            stop_deleter();
             return fail(std::string("forwarder: cannot start its thread: ") + e.what());
         }
         return {};
@@ -102,6 +113,7 @@ class Forwarder::Impl {
         stopping_.store(true);
         wake();
         if (thread_.joinable()) thread_.join();
+        stop_deleter();
     }
 
     ForwarderStats stats() const {
@@ -178,6 +190,7 @@ class Forwarder::Impl {
 
     // A PUBACK (QoS1), or the PUBLISH written to the socket (QoS0).
     void acknowledged(int mid) {
+        last_ack_at_ = Clock::now();
         const auto it = inflight_.find(mid);
         if (it == inflight_.end()) {
             // At QoS0 the callback may run inside mosquitto_publish(), before publish() has
@@ -261,6 +274,7 @@ class Forwarder::Impl {
     // the new connection, beside the outbox's.
     Result<void> connect() {
         destroy_client();
+        last_ack_at_ = last_send_at_ = Clock::now();
         inflight_.clear();
         early_acks_.clear();
         link_lost_ = false;
@@ -398,6 +412,13 @@ class Forwarder::Impl {
         if (ready > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
             // Every PUBACK that has arrived, not one per poll.
             rc = mosquitto_loop_read(mosq_, options_.broker.max_inflight);
+            // Acknowledge the broker's segments at once. A broker with Nagle on (mosquitto's
+            // default) holds its next PUBACKs until our TCP ACK of the last one; with our ACK
+            // delayed, a full window waited on the delayed-ACK timer, and on this project's VMs
+            // stalled for minutes (bench_forward reproduced it in bursts mode every run).
+            // Linux clears the flag after use: set it after every read.
+            const int one = 1;
+            ::setsockopt(sock, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
         }
         if (rc == MOSQ_ERR_SUCCESS && ready > 0 && (fds[0].revents & POLLOUT) != 0) {
             rc = mosquitto_loop_write(mosq_, 1);
@@ -432,6 +453,15 @@ class Forwarder::Impl {
         }
         int error = 0;
         const int rc = poll_client(timeout, error);
+        if (!inflight_.empty() && !link_lost_ &&
+            ms_between(std::max(last_ack_at_, last_send_at_), Clock::now()) >
+                options_.ack_timeout_ms) {
+            // The connection looks alive but acknowledges nothing: start over on a new one
+            // rather than wait forever (the rows are re-sent; upstream dedupes by id).
+            link_lost_ = true;
+            lost_cause_ = "no acknowledgement for " + std::to_string(options_.ack_timeout_ms) +
+                          " ms with " + std::to_string(inflight_.size()) + " rows in flight";
+        }
         if (rc != MOSQ_ERR_SUCCESS && !link_lost_) {
             link_lost_ = true;
             lost_cause_ = rc == MOSQ_ERR_ERRNO && error != 0
@@ -460,28 +490,93 @@ class Forwarder::Impl {
                          ms_between(oldest_ack_at_, Clock::now()) >= options_.delete_interval_ms);
     }
 
+    // Hands the acknowledged rows to the deleter thread: an LMDB commit syncs to disk, and the
+    // link must not stand idle meanwhile. Rows acknowledged while a commit runs go in the next
+    // one, so slower disks get larger transactions.
     void flush_deletes() {
-        for (Stream& stream : streams_) {
-            auto& rows = stream.to_delete;
-            if (rows.empty()) continue;
-            std::sort(rows.begin(), rows.end());
-            rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-            if (auto ok = stream.source->delivered(rows); !ok) {
-                // Kept for the next attempt; fill_window() stops sending while this backlog is
-                // full.
-                set_error("outbox: cannot delete delivered rows: " + ok.error().message);
-                continue;
+        if (undeleted_rows() == 0) return;
+        {
+            std::lock_guard lock(delete_mutex_);
+            for (size_t i = 0; i < streams_.size(); ++i) {
+                auto& rows = streams_[i].to_delete;
+                delete_queue_[i].insert(delete_queue_[i].end(), rows.begin(), rows.end());
+                delete_queued_rows_ += rows.size();
+                rows.clear();
             }
-            rows.clear();
         }
-        if (undeleted_rows() > 0) oldest_ack_at_ = Clock::now();  // retry after the interval
+        delete_changed_.notify_all();
+    }
+
+    size_t queued_deletes() const {
+        std::lock_guard lock(delete_mutex_);
+        return delete_queued_rows_;
+    }
+
+    // Before re-reading the outbox from its oldest row, or stopping: every acknowledged row
+    // deleted, so that none is sent again needlessly.
+    void wait_for_deletes(Clock::time_point deadline) {
+        flush_deletes();
+        std::unique_lock lock(delete_mutex_);
+        delete_changed_.wait_until(lock, deadline, [this] { return delete_queued_rows_ == 0; });
+    }
+
+    // The deleter thread: source->delivered() for what flush_deletes() handed over.
+    void run_deleter() {
+        std::unique_lock lock(delete_mutex_);
+        while (true) {
+            delete_changed_.wait(lock, [this] { return deleter_stop_ || delete_queued_rows_ > 0; });
+            if (delete_queued_rows_ == 0) return;  // stopping, nothing left
+            bool failed = false;
+            for (size_t i = 0; i < streams_.size(); ++i) {
+                if (delete_queue_[i].empty()) continue;
+                std::vector<uint64_t> batch;
+                batch.swap(delete_queue_[i]);
+                const size_t handed = batch.size();
+                lock.unlock();
+                std::sort(batch.begin(), batch.end());
+                batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+                auto ok = streams_[i].source->delivered(batch);
+                if (!ok) set_error("outbox: cannot delete delivered rows: " + ok.error().message);
+                lock.lock();
+                if (ok) {
+                    delete_queued_rows_ -= handed;
+                } else {
+                    // Kept for the next attempt; fill_window() stops sending while this
+                    // backlog is full.
+                    delete_queue_[i].insert(delete_queue_[i].end(), batch.begin(), batch.end());
+                    delete_queued_rows_ -= handed - batch.size();
+                    failed = true;
+                }
+            }
+            delete_changed_.notify_all();
+            wake();  // the forwarder may be held back by the undeleted bound
+            if (failed) {
+                if (deleter_stop_) return;  // the rows stay in the outbox: re-sent next run
+                delete_changed_.wait_for(lock, milliseconds(options_.poll_interval_ms),
+                                         [this] { return deleter_stop_; });
+            }
+        }
+    }
+
+    void stop_deleter() {
+        {
+            std::lock_guard lock(delete_mutex_);
+            deleter_stop_ = true;
+        }
+        delete_changed_.notify_all();
+        if (deleter_.joinable()) deleter_.join();
     }
 
     void fill_window() {
         const size_t max_inflight = static_cast<size_t>(options_.broker.max_inflight);
-        // Bound on acknowledged rows not yet deleted (delivered() failing): stop sending more.
-        const size_t undeleted_rows_max = options_.delete_batch_rows + max_inflight;
-        if (undeleted_rows() >= undeleted_rows_max) return;
+        // Bound on acknowledged rows not yet deleted (a slow disk, delivered() failing): stop
+        // sending more until the deleter catches up.
+        const size_t undeleted_rows_max =
+            options_.delete_batch_rows + std::max<size_t>(undeleted_rows_floor, 4 * max_inflight);
+        if (undeleted_rows() + queued_deletes() >= undeleted_rows_max) return;
+        // No refilling in bursts (only once half the window is acknowledged): against a broker
+        // with Nagle on (mosquitto's default), PUBACKs then wait for the TCP ACK that our next
+        // PUBLISH would have carried, and the drain crawls at the delayed-ACK timer's pace.
         for (uint32_t index = 0; index < streams_.size(); ++index) {
             Stream& stream = streams_[index];
             while (inflight_.size() < max_inflight) {
@@ -524,6 +619,7 @@ class Forwarder::Impl {
         switch (rc) {
             case MOSQ_ERR_SUCCESS:
                 ++sends_;
+                if (inflight_.empty()) last_send_at_ = Clock::now();
                 inflight_.emplace(mid, InflightRow{stream_index, row.seq});
                 if (std::find(early_acks_.begin(), early_acks_.end(), mid) != early_acks_.end()) {
                     acknowledged(mid);
@@ -565,7 +661,7 @@ class Forwarder::Impl {
 
     // Acknowledged rows are deleted; what was in flight is sent again from the oldest row left.
     void link_down() {
-        flush_deletes();
+        wait_for_deletes(Clock::now() + milliseconds(options_.poll_interval_ms));
         inflight_.clear();
         destroy_client();
         {
@@ -594,7 +690,7 @@ class Forwarder::Impl {
                 }
             }
         }
-        flush_deletes();
+        wait_for_deletes(std::max(deadline, Clock::now() + milliseconds(100)));
         if (mosq_ != nullptr && !link_lost_) {
             mosquitto_disconnect(mosq_);
             while (mosquitto_want_write(mosq_) && Clock::now() < deadline) {
@@ -614,6 +710,7 @@ class Forwarder::Impl {
     std::string host_;
     int port_ = 0;
     std::thread thread_;
+    std::thread deleter_;
     std::atomic<bool> stopping_{false};
     std::atomic<bool> notified_{false};
 
@@ -638,9 +735,18 @@ class Forwarder::Impl {
     bool first_ack_seen_ = false;
     Clock::time_point oldest_ack_at_;
     Clock::time_point last_look_;
+    Clock::time_point last_ack_at_;   ///< the latest acknowledgement
+    Clock::time_point last_send_at_;  ///< the latest publish into an empty window
     uint64_t sends_ = 0;
     uint64_t acks_ = 0;
     uint64_t rejected_ = 0;
+
+    // Shared by the forwarder's thread and the deleter.
+    mutable std::mutex delete_mutex_;
+    std::condition_variable delete_changed_;
+    std::vector<std::vector<uint64_t>> delete_queue_;  ///< per stream: handed over, not deleted
+    size_t delete_queued_rows_ = 0;  ///< in delete_queue_ or being deleted; bounded by fill_window
+    bool deleter_stop_ = false;
 };
 
 Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
@@ -657,6 +763,9 @@ Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
     }
     if (options.peek_rows == 0 || options.delete_batch_rows == 0) {
         return fail("forwarder: peek_rows and delete_batch_rows must be at least 1");
+    }
+    if (options.ack_timeout_ms < 1) {
+        return fail("forwarder: ack_timeout_ms must be at least 1");
     }
     if (options.reconnect_delay_min_ms < 1 ||
         options.reconnect_delay_max_ms < options.reconnect_delay_min_ms) {

@@ -24,7 +24,8 @@ struct OutboundRow {
 };
 
 /// What the forwarder needs from the outbox; the runtime implements it over LMDB.
-/// Every method is called from the forwarder's thread only.
+/// peek() and claimed() are called from the forwarder's thread, delivered() from its deleter
+/// thread, possibly while a peek() runs: an implementation must allow that.
 class OutboxSource {
   public:
     virtual ~OutboxSource() = default;
@@ -48,7 +49,9 @@ struct ForwarderOptions {
     /// 1: at-least-once (a row is deleted on its PUBACK). 0: a row is deleted once written to
     /// the socket, so rows in flight when the link drops are lost; for links where loss is fine.
     int qos = 1;
-    /// Acknowledged rows are deleted in one delivered() call per this many acks...
+    /// Acknowledged rows are handed to the deleter thread (one delivered() call, one LMDB
+    /// commit) per this many acks... (while a commit runs, the next batches wait and are
+    /// deleted together, so a slow disk gets fewer, larger commits, not a stalled link)
     size_t delete_batch_rows = 256;
     /// ...or once the oldest undeleted ack is this old, whichever comes first.
     int64_t delete_interval_ms = 50;
@@ -62,6 +65,10 @@ struct ForwarderOptions {
     /// reconnects while no wait ever exceeds the maximum: after an outage the first row leaves
     /// at most reconnect_delay_max_ms (plus the handshake) after the broker is back.
     int64_t reconnect_delay_min_ms = 250;
+    /// With rows in flight and no acknowledgement for this long, the link is taken as lost and
+    /// rebuilt (its rows are re-sent): a connection that is up but stalled must not hold the
+    /// outbox forever.
+    int64_t ack_timeout_ms = 30'000;
     int64_t reconnect_delay_max_ms = 1'500;
 };
 
@@ -103,7 +110,8 @@ struct ForwarderStats {
 /// QoS1 row in three threads contending for its mutexes (docs/BENCHMARKS.md, "forward").
 ///
 /// Concurrency: create/start/stop from one owner thread; notify() and stats() from any thread.
-/// The OutboxSources are only called from the forwarder's thread.
+/// Two threads of its own: the network loop, and a deleter that runs delivered() so that the
+/// disk's fsync never holds the link idle.
 ///
 /// Limits: memory is bounded by peek_rows buffered rows per source plus max_inflight
 /// unacknowledged ones. An outbox error (peek/delivered failing) is kept in last_error and

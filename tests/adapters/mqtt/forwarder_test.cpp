@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -473,4 +474,50 @@ TEST_CASE("two sources share one link, each in its own order, the first one firs
     // Side rows wait while results are queued (a window of 8 may overlap the switch).
     CHECK(first_side_at + 8 >= last_result_at);
     (*forwarder)->stop(2s);
+}
+
+TEST_CASE("a connection that takes rows but never acknowledges them is rebuilt",
+          "[forwarder][slow]") {
+    // A "broker" that accepts the connection and the rows and stays silent: no PUBACK, ever.
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener, 8) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::atomic<int> connections{0};
+    std::thread silent([&] {
+        std::vector<int> clients;
+        while (connections.load() < 2) {
+            const int client = ::accept(listener, nullptr, nullptr);
+            if (client < 0) break;
+            clients.push_back(client);
+            char buffer[4096];
+            (void)::recv(client, buffer, sizeof buffer, 0);  // CONNECT
+            const unsigned char connack[] = {0x20, 0x02, 0x00, 0x00};
+            (void)::send(client, connack, sizeof connack, MSG_NOSIGNAL);
+            ++connections;
+        }
+        std::this_thread::sleep_for(200ms);
+        for (int client : clients)
+            ::close(client);
+    });
+
+    MemoryOutbox outbox;
+    append_rows(outbox, 0, 5);
+    auto options =
+        options_for("tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "fwd-silent");
+    options.ack_timeout_ms = 500;
+    auto forwarder = start_forwarder(options, outbox);
+    CHECK(eventually([&] { return connections.load() >= 2; }, 10s));
+    const auto stats = forwarder->stats();
+    CHECK_THAT(stats.last_error, Catch::Contains("no acknowledgement for 500 ms"));
+    CHECK(outbox.size() == 5);  // nothing acknowledged, nothing deleted
+    ::shutdown(listener, SHUT_RDWR);
+    ::close(listener);
+    silent.join();
+    forwarder->stop(1s);
+    CHECK(outbox.size() == 5);
 }
