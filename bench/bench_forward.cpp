@@ -15,6 +15,7 @@
 // $TIDEMARK_BUILD_DIR or /var/tmp, so that its fsyncs reach a disk), filled before each drain, or
 // rows generated in memory (--outbox memory: the forwarder and the broker alone).
 // Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N] [--outbox lmdb|memory]
+//                      [--delete-batch N]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -297,9 +298,12 @@ class LmdbOutbox final : public tidemark::mqtt::OutboxSource {
     Clock::time_point last_delete_at_;
 };
 
+size_t delete_batch_rows = tidemark::mqtt::ForwarderOptions{}.delete_batch_rows;
+
 tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_inflight,
                                                    const std::string& client_id) {
     tidemark::mqtt::ForwarderOptions options;
+    options.delete_batch_rows = delete_batch_rows;
     options.broker.uri = "tcp://127.0.0.1:" + std::to_string(port);
     options.broker.client_id = client_id;
     options.broker.max_inflight = max_inflight;
@@ -410,10 +414,14 @@ int main(int argc, char** argv) {
             max_inflight = static_cast<int>(value());
         else if (arg == "--outage-ms")
             outage_ms = value();
+        else if (arg == "--delete-batch")
+            delete_batch_rows = static_cast<size_t>(value());
         else if (arg == "--outbox" && i + 1 < argc)
             outbox_kind = argv[++i];
         else
-            die("unknown argument " + arg + " (use --rows N, --max-inflight N, --outage-ms N)");
+            die("unknown argument " + arg +
+                " (use --rows N, --max-inflight N, --outage-ms N, --outbox lmdb|memory, "
+                "--delete-batch N)");
     }
     if (rows == 0 || max_inflight < 1) die("--rows and --max-inflight must be positive");
     if (outbox_kind != "lmdb" && outbox_kind != "memory") die("--outbox is lmdb or memory");
