@@ -81,6 +81,8 @@ class Store {
     /// Appends a batch in one transaction: assigns seqs in order, skips rows whose id was seen,
     /// compacts superseded unsent rows (compact_superseded), enforces outbox_bytes_max.
     /// errc::full (pause_ingest) and errc::map_full write nothing: retry the same batch later.
+    /// An empty outbox takes any batch, even one larger than outbox_bytes_max (pause_ingest):
+    /// the bound is then exceeded by at most one batch, and a large batch cannot wait forever.
     StoreResult<AppendResult> outbox_append(std::span<const OutboxRow> rows);
     /// Up to limit rows with seq >= from_seq, in seq order.
     StoreResult<std::vector<OutboxRow>> outbox_peek(uint64_t from_seq, size_t limit);

@@ -146,7 +146,9 @@ TEST_CASE("outbox full, pause_ingest: nothing dropped, ingest pauses and resumes
 
     upstream.restart();
     consumer.reconnect();
-    REQUIRE(wait_until([&] { return drained(health, load.published()); }, 120s));
+    const bool all_drained = wait_until([&] { return drained(health, load.published()); }, 120s);
+    INFO("health at the end of the drain: " << latest_health(health).dump());
+    REQUIRE(all_drained);
     wait_quiet(consumer);
     const json after = fresh_health(health);
     INFO("health after the drain: " << after.dump());

@@ -371,3 +371,26 @@ TEST_CASE("side output is bounded by bytes, oldest dropped and counted", "[lmdb]
     CHECK(s->side_stats()->bytes == 3 * 108);
     CHECK(s->side_peek(rows[2].seq, 1)->front().record == rows[2].record);
 }
+
+TEST_CASE("when_full = pause_ingest: an empty outbox takes a batch larger than the bound",
+          "[lmdb][outbox]") {
+    // Refused, such a batch would wait forever: the forwarder has nothing left to drain.
+    TempDir tmp;
+    auto o = options(tmp.store());
+    o.outbox_bytes_max = 5000;
+    o.outbox_when_full = WhenFull::pause_ingest;
+    auto s = open_store(o);
+    std::vector<OutboxRow> big;
+    for (uint64_t id = 1; id <= 10; ++id)
+        big.push_back(row(id, "k" + std::to_string(id), 0, 0, k_final, std::string(900, 'x')));
+    auto first = s->outbox_append(big);
+    REQUIRE(first);
+    CHECK(first->appended == 10);
+    CHECK(s->outbox_stats().value().bytes > o.outbox_bytes_max);
+    CHECK(s->outbox_stats().value().dropped == 0);
+    // While it is not empty, the bound holds again.
+    std::vector<OutboxRow> more{row(11, "k11", 0, 0, k_final, std::string(900, 'x'))};
+    auto second = s->outbox_append(more);
+    REQUIRE_FALSE(second);
+    CHECK(second.error().code == errc::full);
+}
