@@ -31,12 +31,13 @@ Result<void> check_readable(const BrokerOptions& options, std::string_view key,
 
 }  // namespace
 
-std::chrono::milliseconds reconnect_delay(int failed_attempts) {
-    TM_ASSERT(failed_attempts >= 0);
-    auto delay = reconnect_delay_min;
-    for (int i = 0; i < failed_attempts && delay < reconnect_delay_max; ++i)
+std::chrono::milliseconds reconnect_delay(int failed_attempts, std::chrono::milliseconds min,
+                                          std::chrono::milliseconds max) {
+    TM_ASSERT(failed_attempts >= 0 && min.count() > 0 && max >= min);
+    auto delay = min;
+    for (int i = 0; i < failed_attempts && delay < max; ++i)
         delay *= 2;
-    return std::min(delay, reconnect_delay_max);
+    return std::min(delay, max);
 }
 
 bool uses_tls(const BrokerOptions& options) {

@@ -30,10 +30,13 @@ struct BrokerOptions {
     std::string config_name = "broker";
 };
 
-/// Reconnect backoff shared by the clients: 250 ms doubling per failed attempt, capped at 30 s.
+/// Reconnect backoff shared by the clients: `min` doubling per failed attempt, capped at `max`
+/// (ingest and health: 250 ms .. 30 s; the forwarder: upstream.reconnect_max).
 inline constexpr std::chrono::milliseconds reconnect_delay_min{250};
 inline constexpr std::chrono::milliseconds reconnect_delay_max{30'000};
-std::chrono::milliseconds reconnect_delay(int failed_attempts);
+std::chrono::milliseconds reconnect_delay(int failed_attempts,
+                                          std::chrono::milliseconds min = reconnect_delay_min,
+                                          std::chrono::milliseconds max = reconnect_delay_max);
 
 /// True when the URI asks for TLS (ssl://).
 bool uses_tls(const BrokerOptions& options);

@@ -228,7 +228,12 @@ class Forwarder::Impl {
                     }
                     set_error(ok.error().message);
                     const auto delay = milliseconds(static_cast<int64_t>(
-                        static_cast<double>(backoff_ms(failed_attempts)) * jitter(rng)));
+                        static_cast<double>(
+                            reconnect_delay(failed_attempts,
+                                            milliseconds(options_.reconnect_delay_min_ms),
+                                            milliseconds(options_.reconnect_delay_max_ms))
+                                .count()) *
+                        jitter(rng)));
                     ++failed_attempts;
                     wait_for_wake(delay);
                     continue;
@@ -250,13 +255,6 @@ class Forwarder::Impl {
             if (link_lost_) link_down();  // the first reconnect attempt is immediate
         }
         shut_down();
-    }
-
-    int64_t backoff_ms(int failed_attempts) const {
-        int64_t delay = options_.reconnect_delay_min_ms;
-        for (int i = 0; i < failed_attempts && delay < options_.reconnect_delay_max_ms; ++i)
-            delay *= 2;
-        return std::min(delay, options_.reconnect_delay_max_ms);
     }
 
     void wait_for_wake(milliseconds timeout) {
