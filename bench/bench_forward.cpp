@@ -172,7 +172,6 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
             if (!deleted_[seq]) {
                 deleted_[seq] = 1;
                 ++deleted_count_;
-                if (deleted_count_ == 1) first_delete_at_ = Clock::now();
                 if (deleted_count_ == deleted_.size()) last_delete_at_ = Clock::now();
             }
         }
@@ -214,7 +213,6 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
     std::vector<uint8_t> deleted_;
     uint64_t first_live_ = 0;
     uint64_t deleted_count_ = 0;
-    Clock::time_point first_delete_at_;
     Clock::time_point last_delete_at_;
 };
 

@@ -834,19 +834,20 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
                         return std::unexpected(p.error());
                 }
             }
-            if (c.bytes > options_.outbox_bytes_max && c.bytes > bytes_before) {
+            const bool over_bound = c.bytes > options_.outbox_bytes_max && c.bytes > bytes_before;
+            if (over_bound && options_.outbox_when_full == WhenFull::pause_ingest) {
                 // An empty outbox takes the batch whatever its size (one engine step's
                 // results, bounded by the runtime): refused, a batch larger than the bound
                 // would wait forever for a drain that has nothing left to drain.
-                if (options_.outbox_when_full == WhenFull::pause_ingest && bytes_before > 0) {
+                if (bytes_before > 0) {
                     full_bytes = c.bytes;
                     return std::unexpected(StoreError{errc::full, ""});
                 }
+            } else if (over_bound) {
                 MDB_cursor* cur;
                 if (int rc = mdb_cursor_open(txn, impl.outbox, &cur); rc != 0)
                     return std::unexpected(impl.error(rc, what));
-                while (options_.outbox_when_full == WhenFull::drop_oldest &&
-                       c.bytes > options_.outbox_bytes_max) {
+                while (c.bytes > options_.outbox_bytes_max) {
                     MDB_val k, v;
                     int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
                     if (rc == MDB_NOTFOUND) break;

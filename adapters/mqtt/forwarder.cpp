@@ -135,7 +135,6 @@ class Forwarder::Impl {
         uint32_t stream = 0;
         uint64_t seq = 0;
     };
-    enum class Sent { yes, rejected, link_down };
 
     void wake() {
         const uint64_t one = 1;
@@ -579,8 +578,7 @@ class Forwarder::Impl {
             Stream& stream = streams_[index];
             while (inflight_.size() < max_inflight) {
                 if (stream.buffer.empty() && !refill(stream)) break;
-                const Sent sent = publish(index, stream.buffer.front());
-                if (sent == Sent::link_down) return;
+                if (!publish(index, stream.buffer.front())) return;  // the link is down
                 stream.next_seq = stream.buffer.front().seq + 1;
                 stream.buffer.pop_front();
             }
@@ -608,7 +606,8 @@ class Forwarder::Impl {
         return true;
     }
 
-    Sent publish(uint32_t stream_index, const OutboundRow& row) {
+    // False when the link is down. A row no broker can take counts as handled: it is deleted.
+    bool publish(uint32_t stream_index, const OutboundRow& row) {
         int mid = 0;
         early_acks_.clear();
         const int rc =
@@ -623,7 +622,7 @@ class Forwarder::Impl {
                     acknowledged(mid);
                 }
                 early_acks_.clear();
-                return Sent::yes;
+                return true;
             case MOSQ_ERR_INVAL:
             case MOSQ_ERR_MALFORMED_UTF8:
             case MOSQ_ERR_PAYLOAD_SIZE:
@@ -638,14 +637,14 @@ class Forwarder::Impl {
                 Stream& stream = streams_[stream_index];
                 if (undeleted_rows() == 0) oldest_ack_at_ = Clock::now();
                 stream.to_delete.push_back(row.seq);
-                return Sent::rejected;
+                return true;
             }
             default:
                 if (!link_lost_) {
                     link_lost_ = true;
                     lost_cause_ = std::string("publish failed: ") + mosquitto_strerror(rc);
                 }
-                return Sent::link_down;
+                return false;
         }
     }
 
