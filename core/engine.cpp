@@ -176,6 +176,15 @@ class NameTable {
     size_t size_ = 0;
 };
 
+// One part of a composite key: a backslash before every backslash and '|', so that the '|'
+// between partition and key is the only bare one.
+void append_escaped(std::string& out, std::string_view part) {
+    for (const char c : part) {
+        if (c == '\\' || c == '|') out.push_back('\\');
+        out.push_back(c);
+    }
+}
+
 using Values = std::vector<std::optional<double>>;
 
 void put_values(std::string& out, const Values& v) {
@@ -209,6 +218,9 @@ struct Partition;
 struct alignas(64) Unit {
     int64_t start = 0;
     int64_t end = 0;
+    // Sessions only: the latest event time in the session. A session always ends after it and
+    // spans less than max_duration from its start (see session_event).
+    int64_t last_ms = 0;
     bool dirty = true;
     // Sessions only: whether the session fired, its last revision and (retract mode) values.
     bool fired = false;
@@ -255,7 +267,11 @@ struct alignas(64) Partition {
     int64_t last_ingest_ms = time_min;
     bool idle = true;  // until its first event
     bool dirty = false;
+    // Forgotten (idle, no live key) while still on the dirty list: the object is reused only
+    // after the next checkpoint has walked that list.
+    bool forgotten = false;
     uint32_t index = 0;
+    uint32_t keys = 0;  // live keys whose partition this is: it is forgotten only at 0
     std::string name;
     std::unique_ptr<Domain> domain;  // scope partition only
 };
@@ -340,47 +356,50 @@ class Pipeline {
         if (now_ms <= now_ms_) return;
         now_ms_ = now_ms;
         stats_.ingest_ms = now_ms;
-        const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
-        // Partitions go idle in order of last ingest time (ties by index). An entry whose
-        // partition saw records since it was placed moves back to that time instead.
-        while (!activity_.empty() &&
-               sat_add(activity_.front().last_ingest_ms, idle_timeout) <= now_ms) {
-            Partition* p = activity_.front().partition;
-            if (p->last_ingest_ms != activity_.front().last_ingest_ms) {
-                activity_.front().last_ingest_ms = p->last_ingest_ms;
-                activity_sift_down(0);
-                continue;
+        // Partitions go idle one ingest instant at a time, in the order of the instants, all
+        // partitions of one instant together; after each instant the global watermark is the
+        // minimum over those still active, so the windows that minimum reaches close then, and
+        // an all-idle advance starts from it (not from a minimum taken before they went idle).
+        for (;;) {
+            const int64_t idle_at = next_idle_at();
+            if (idle_at > now_ms) break;
+            went_idle_.clear();
+            while (next_idle_at() == idle_at) {
+                went_idle_.push_back(activity_.front().partition);
+                activity_pop();
             }
-            activity_pop();
-            const int64_t idle_at = sat_add(p->last_ingest_ms, idle_timeout);
-            p->idle = true;
-            mark_dirty(p);
-            --active_;
-            if (scope_partition_) {
-                Domain& d = *p->domain;
-                d.idle = true;
-                d.idle_since_ms = idle_at;
-                d.idle_base_ms = d.watermark;
-                schedule_idle(p);
-            } else {
-                low_set(*p, time_max);
+            for (Partition* p : went_idle_)
+                go_idle(p, idle_at);
+            if (!scope_partition_) {
                 if (active_ == 0) {
                     global_.idle = true;
                     global_.idle_since_ms = idle_at;
                     global_.idle_base_ms = global_.watermark;
+                } else {
+                    raise_watermark(global_, global_low());
+                    fire_due(global_, sink);
                 }
             }
+            // After the firing: keys it removed may have been the last of a partition.
+            for (Partition* p : went_idle_)
+                maybe_forget(p);
         }
         if (scope_partition_) {
+            // Idle partitions whose watermark (following ingest time) reaches a window fire in
+            // partition-name order, whatever their deadlines: a restored engine rebuilds the
+            // deadlines from exact timers, the running one may hold early ones.
+            due_partitions_.clear();
             while (!idle_deadlines_.empty() && idle_deadlines_.begin()->first <= now_ms) {
                 Partition* p = idle_deadlines_.begin()->second;
                 idle_deadlines_.erase(idle_deadlines_.begin());
                 p->domain->idle_deadline_ms = time_max;
-                Domain& d = *p->domain;
-                raise_watermark(d, idle_watermark(d, now_ms));
-                mark_dirty(p);
-                fire_due(d, sink);
-                schedule_idle(p);
+                due_partitions_.push_back(p);
+            }
+            std::sort(due_partitions_.begin(), due_partitions_.end(),
+                      [](const Partition* a, const Partition* b) { return a->name < b->name; });
+            for (Partition* p : due_partitions_) {
+                catch_up_idle(*p, sink);
+                if (!p->forgotten && find_partition(p->name) == p) schedule_idle(p);
             }
         } else if (global_.idle) {
             raise_watermark(global_, idle_watermark(global_, now_ms));
@@ -404,9 +423,11 @@ class Pipeline {
         std::string_view part_name = event.partition.empty() ? event.key : event.partition;
         std::string_view key = event.key;
         if (scope_partition_ && part_name != event.key) {
-            composite_.assign(part_name);
+            // A part holding '|' must not make two (partition, key) pairs one key.
+            composite_.clear();
+            append_escaped(composite_, part_name);
             composite_.push_back('|');
-            composite_.append(event.key);
+            append_escaped(composite_, event.key);
             key = composite_;
         }
         KeyState* k = find_key(key);
@@ -415,12 +436,26 @@ class Pipeline {
         Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
                            ? k->partition
                            : find_partition(part_name);
+        if (scope_partition_ && p && p->domain->idle) {
+            // An idle partition's watermark follows ingest time: bring it to now before the
+            // event is judged (and fire what that reaches), as the clock would have.
+            catch_up_idle(*p, sink);
+            k = find_key(key);
+            p = find_partition(part_name);
+        }
         if (!p) {
             if (partitions_.size() >= spec_.limits.keys_max) {
-                ++stats_.keys_refused;
+                const int64_t wm = scope_partition_ ? new_partition_watermark() : global_.watermark;
+                if (!k && new_event_too_late(t, wm)) {
+                    const auto [start, end] = new_event_window(t);
+                    too_late(sink, key, event, t, start, end, wm);
+                } else {
+                    refuse(sink, key, event, t, "max_keys", wm);
+                }
                 return;
             }
             p = create_partition(part_name);
+            if (scope_partition_) p->domain->watermark = new_partition_watermark();
         }
         Domain& d = scope_partition_ ? *p->domain : global_;
 
@@ -444,6 +479,8 @@ class Pipeline {
             if (low_witness_ == no_witness) raise_watermark(global_, global_low());
         }
         fire_due(d, sink);
+        // An event refused for its window (max_open_windows) may leave a new partition with
+        // no key; it is active now, and is forgotten when it goes idle.
     }
 
     const PipelineStats& stats() {
@@ -457,12 +494,19 @@ class Pipeline {
         stats_.partitions_active = active_;
         stats_.partitions_idle = partitions_.size() - active_;
         if (scope_partition_) {
+            // Idle partitions' watermarks follow ingest time: read as of the clock.
             int64_t wm = time_max;
-            for (const Partition* p : partition_list_)
-                wm = std::min(wm, p->domain->watermark);
-            stats_.watermark_ms = partition_list_.empty() ? time_min : wm;
+            for (const Partition* p : partition_list_) {
+                if (!p) continue;
+                const Domain& d = *p->domain;
+                wm = std::min(wm, d.idle ? std::max(d.watermark, idle_watermark(d, now_ms_))
+                                         : d.watermark);
+            }
+            stats_.watermark_ms = wm == time_max ? time_min : wm;
         } else {
-            stats_.watermark_ms = global_.watermark;
+            stats_.watermark_ms = global_.idle ? std::max(global_.watermark,
+                                                          idle_watermark(global_, now_ms_))
+                                               : global_.watermark;
         }
         return stats_;
     }
@@ -475,11 +519,16 @@ class Pipeline {
 
     void checkpoint(StateWriter& w) {
         std::string value;
+        // What the previous checkpoint wrote is taken as committed (see checkpoint_failed).
+        pending_erased_.clear();
+        pending_keys_.clear();
+        pending_partitions_.clear();
+        pending_full_ = !tracking_;
         if (!tracking_) {
             // First checkpoint: everything that exists.
             keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
             for (Partition* p : partition_list_)
-                write_partition(w, *p, value);
+                if (p) write_partition(w, *p, value);
             tracking_ = true;
         } else {
             for (const std::string& key : erased_)
@@ -488,16 +537,51 @@ class Pipeline {
                 KeyState* k = find_key(name);
                 if (k) write_key(w, *k, false, value);
             }
-            for (Partition* p : dirty_partitions_) {
-                write_partition(w, *p, value);
-                p->dirty = false;
-            }
         }
+        for (Partition* p : dirty_partitions_) {
+            if (p->forgotten) {
+                release_partition(p);  // its erasure is in erased_
+                continue;
+            }
+            if (!pending_full_) {
+                write_partition(w, *p, value);
+                pending_partitions_.push_back(p->name);
+            }
+            p->dirty = false;
+        }
+        pending_erased_ = std::move(erased_);
+        pending_keys_ = std::move(dirty_keys_);
         erased_.clear();
         dirty_keys_.clear();
         dirty_partitions_.clear();
         // The meta record (watermark, counters) changes with every record: always written.
         write_meta(w, value);
+    }
+
+    // The transaction that took the last checkpoint did not commit: what it held is marked
+    // changed again, so the next checkpoint writes it (with everything changed since).
+    // Erasures go first, as they did: a key erased then and written since is written after.
+    void checkpoint_failed() {
+        if (pending_full_) {
+            tracking_ = false;  // the next one writes everything again
+        } else {
+            pending_erased_.insert(pending_erased_.end(), erased_.begin(), erased_.end());
+            erased_ = std::move(pending_erased_);
+            for (const std::string& name : pending_keys_) {
+                KeyState* k = find_key(name);
+                if (!k) continue;  // removed since: its erasure is in erased_
+                k->meta_dirty = true;
+                for (Unit& u : k->units)
+                    u.dirty = true;
+                mark_dirty(*k);
+            }
+            for (const std::string& name : pending_partitions_)
+                if (Partition* p = find_partition(name)) mark_dirty(p);
+        }
+        pending_erased_.clear();
+        pending_keys_.clear();
+        pending_partitions_.clear();
+        pending_full_ = false;
     }
 
     Result<void> restore_entry(std::string_view rest, std::string_view value) {
@@ -523,11 +607,11 @@ class Pipeline {
     Result<void> restore_finish() {
         if (!meta_seen_ && (!keys_.empty() || !partitions_.empty()))
             return fail("state of pipeline '" + spec_.name + "' has no meta record");
-        if (meta_seen_ && fingerprint_seen_ != state_fingerprint(spec_))
+        if (meta_seen_ && (fingerprint_seen_ != state_fingerprint(spec_) || scope_mismatch_ ||
+                           (scope_seen_ >= 0 && scope_seen_ != static_cast<int>(scope_partition_))))
             return fail("the stored state of pipeline '" + spec_.name +
-                        "' was written under another definition of its window, aggregates or "
-                        "fields; restore the previous config, or rename the pipeline to start "
-                        "it afresh");
+                        "' was written under another definition of its window, aggregates, "
+                        "fields or watermark scope");
         // Activity list in order of last ingest; the min-tree over active partitions.
         std::vector<Partition*> active;
         for (Partition* p : partition_list_)
@@ -558,6 +642,12 @@ class Pipeline {
         // and erasures. (Writing everything again instead would record no erasures until then,
         // and a second crash would bring back windows already purged or merged.)
         tracking_ = true;
+        // A store written before partitions were forgotten may hold idle ones without keys.
+        std::vector<Partition*> unused;
+        for (Partition* p : partition_list_)
+            if (p && p->idle && p->keys == 0) unused.push_back(p);
+        for (Partition* p : unused)
+            maybe_forget(p);
         return {};
     }
 
@@ -568,17 +658,144 @@ class Pipeline {
         return partitions_.find(name, hash_name(name));
     }
 
+    // Indexes of forgotten partitions are reused (lowest first is not needed: any fixed rule
+    // gives the same layout in a replay), so the min-tree stays as large as the most
+    // partitions live at once, never as the most ever seen.
     Partition* create_partition(std::string_view name) {
-        const size_t index = partition_list_.size();
-        if (index % pool_chunk == 0)
-            partition_chunks_.push_back(std::make_unique<Partition[]>(pool_chunk));
-        Partition* p = &partition_chunks_.back()[index % pool_chunk];
+        Partition* p;
+        if (!free_partitions_.empty()) {
+            p = free_partitions_.back();
+            free_partitions_.pop_back();
+        } else {
+            if (partitions_allocated_ % pool_chunk == 0)
+                partition_chunks_.push_back(std::make_unique<Partition[]>(pool_chunk));
+            p = &partition_chunks_.back()[partitions_allocated_ % pool_chunk];
+            ++partitions_allocated_;
+        }
+        uint32_t index;
+        if (!free_indexes_.empty()) {
+            index = free_indexes_.back();
+            free_indexes_.pop_back();
+        } else {
+            index = static_cast<uint32_t>(partition_list_.size());
+            partition_list_.push_back(nullptr);
+        }
         p->name = std::string(name);
-        p->index = static_cast<uint32_t>(index);
+        p->index = index;
+        p->forgotten = false;
         if (scope_partition_) p->domain = std::make_unique<Domain>();
         partitions_.insert(p, hash_name(p->name));
-        partition_list_.push_back(p);
+        partition_list_[index] = p;
         return p;
+    }
+
+    // The ingest time at which the front of the idle queue goes idle (time_max when none is
+    // active), after moving entries whose partition saw records since they were placed.
+    int64_t next_idle_at() {
+        const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
+        while (!activity_.empty()) {
+            ActivityEntry& front = activity_.front();
+            if (front.partition->last_ingest_ms == front.last_ingest_ms)
+                return sat_add(front.last_ingest_ms, idle_timeout);
+            front.last_ingest_ms = front.partition->last_ingest_ms;
+            activity_sift_down(0);
+        }
+        return time_max;
+    }
+
+    void go_idle(Partition* p, int64_t idle_at) {
+        p->idle = true;
+        mark_dirty(p);
+        --active_;
+        if (scope_partition_) {
+            Domain& d = *p->domain;
+            d.idle = true;
+            d.idle_since_ms = idle_at;
+            d.idle_base_ms = d.watermark;
+            schedule_idle(p);
+        } else {
+            low_set(*p, time_max);
+        }
+    }
+
+    // Scope partition: an idle partition's watermark brought to the clock, and what it reaches
+    // fired (closed_by idle). Keys emptied by the firing are removed, and so may the partition
+    // be (then `p.forgotten`).
+    void catch_up_idle(Partition& p, EmissionSink& sink) {
+        Domain& d = *p.domain;
+        TM_ASSERT(d.idle);
+        const int64_t before = d.watermark;
+        raise_watermark(d, idle_watermark(d, now_ms_));
+        if (d.watermark != before) mark_dirty(&p);
+        fire_due(d, sink);
+    }
+
+    // Scope partition: where a partition seen for the first time starts (new, or forgotten
+    // and back). Past the watermark of the forgotten partition that was furthest ahead, kept
+    // moving with ingest time as an idle one would: a device that returns after being
+    // forgotten cannot reopen windows it already had results for (their ids are taken).
+    int64_t new_partition_watermark() const {
+        return forgotten_lead_ms_ == time_min ? time_min : sat_add(now_ms_, forgotten_lead_ms_);
+    }
+
+    // A partition that is idle and holds no live key is state no longer needed: it goes, so
+    // max_keys bounds what is live, not what was ever seen.
+    void maybe_forget(Partition* p) {
+        if (p->forgotten || !p->idle || p->keys != 0) return;
+        TM_ASSERT(find_partition(p->name) == p);
+        if (scope_partition_) {
+            Domain& d = *p->domain;
+            TM_ASSERT(d.timers_live == 0);
+            if (d.idle_deadline_ms != time_max) {
+                idle_deadlines_.erase({d.idle_deadline_ms, p});
+                d.idle_deadline_ms = time_max;
+            }
+            const int64_t watermark = std::max(d.watermark, idle_watermark(d, now_ms_));
+            if (watermark != time_min) {
+                int64_t lead;
+                if (__builtin_sub_overflow(watermark, now_ms_, &lead)) lead = time_min;
+                forgotten_lead_ms_ = std::max(forgotten_lead_ms_, lead);
+            }
+        }
+        if (tracking_) erased_.push_back(partition_key(p->name));
+        partitions_.erase(p->name, hash_name(p->name));
+        partition_list_[p->index] = nullptr;
+        free_indexes_.push_back(p->index);
+        ++stats_.partitions_forgotten;
+        p->forgotten = true;
+        // On the dirty list: returned to the pool when the next checkpoint has walked it.
+        if (!p->dirty) release_partition(p);
+    }
+
+    void release_partition(Partition* p) {
+        TM_ASSERT(p->forgotten);
+        p->max_event_ms = time_min;
+        p->last_ingest_ms = time_min;
+        p->idle = true;
+        p->dirty = false;
+        p->keys = 0;
+        p->domain.reset();
+        free_partitions_.push_back(p);
+    }
+
+    std::string partition_key(std::string_view name) const {
+        std::string key = prefix_;
+        key.push_back('P');
+        key.append(name);
+        return key;
+    }
+
+    // A key's partition: counted, so that a partition is forgotten only when no key is in it.
+    void set_key_partition(KeyState& k, Partition* p) {
+        if (k.partition == p) return;
+        Partition* old = k.partition;
+        k.partition = p;
+        if (p) ++p->keys;
+        if (old) {
+            TM_ASSERT(old->keys > 0);
+            --old->keys;
+            maybe_forget(old);
+        }
     }
 
     // Per event: no list or tree moves. The partition's place in activity_ is brought up to
@@ -721,8 +938,9 @@ class Pipeline {
         if (!d.idle) return;
         const int64_t due = timer_front(d);
         if (due == time_max) return;
-        const int64_t deadline = sat_add(d.idle_since_ms, due - d.idle_base_ms);
-        p->domain->idle_deadline_ms = std::max(deadline, now_ms_ + 1);
+        // May be at or before now (a partition that went idle during a long clock step): the
+        // deadline loop of advance() runs after the idle transitions and takes it then.
+        p->domain->idle_deadline_ms = sat_add(d.idle_since_ms, due - d.idle_base_ms);
         idle_deadlines_.insert({p->domain->idle_deadline_ms, p});
     }
 
@@ -733,15 +951,16 @@ class Pipeline {
     }
 
     // The key's state, created on its first accepted event; nullptr (and counted) past keys_max.
-    KeyState* admit_key(KeyState* k, std::string_view key, Partition* p, Domain& d) {
+    KeyState* admit_key(KeyState* k, std::string_view key, Partition* p, Domain& d,
+                        const Event& event, int64_t t, EmissionSink& sink) {
         if (!k) {
             if (keys_.size() >= spec_.limits.keys_max) {
-                ++stats_.keys_refused;
+                refuse(sink, key, event, t, "max_keys", d.watermark);
                 return nullptr;
             }
             k = create_key(key, p, d);
         }
-        if (!scope_partition_ && k->partition != p) k->partition = p;
+        if (!scope_partition_) set_key_partition(*k, p);
         return k;
     }
 
@@ -755,7 +974,8 @@ class Pipeline {
         k = free_keys_.back();
         free_keys_.pop_back();
         k->key.assign(key);
-        k->partition = p;
+        k->partition = nullptr;
+        set_key_partition(*k, p);
         k->domain = &d;
         keys_.insert(k, hash_name(key));
         return k;
@@ -766,14 +986,15 @@ class Pipeline {
         timer_cancel(*k);
         if (tracking_) erased_.push_back(meta_key(k->key));
         keys_.erase(k->key, hash_name(k->key));
-        // Back to a fresh key's state, keeping the capacity of its vectors.
-        k->partition = nullptr;
+        // Back to a fresh key's state, keeping the capacity of its vectors. Last: the
+        // partition may be forgotten with it.
         k->domain = nullptr;
         k->fired_through_ms = time_min;
         k->due_ms = time_max;
         k->dirty = false;
         k->meta_dirty = true;
         free_keys_.push_back(k);
+        set_key_partition(*k, nullptr);
     }
 
     void mark_dirty(KeyState& k) {
@@ -957,9 +1178,8 @@ class Pipeline {
         sink.emit(e);
     }
 
-    void too_late(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
-                  int64_t start, int64_t end, int64_t watermark) {
-        ++stats_.too_late;
+    // The per-window table of too-late counts (newest windows first, bounded).
+    void count_too_late_window(int64_t start, int64_t end) {
         auto it =
             std::find_if(too_late_windows_.begin(), too_late_windows_.end(), [&](const auto& w) {
                 return w.first == std::pair{start, end};
@@ -972,12 +1192,40 @@ class Pipeline {
                       [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
             if (too_late_windows_.size() > too_late_windows_max) too_late_windows_.pop_back();
         }
+    }
+
+    void too_late(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
+                  int64_t start, int64_t end, int64_t watermark) {
+        ++stats_.too_late;
+        count_too_late_window(start, end);
         if (spec_.late.too_late != TooLate::side_output) return;
+        side_output(sink, key, event, t, start, end, watermark,
+                    "too late: window [" + std::to_string(start) + ", " + std::to_string(end) +
+                        ") closed past its allowed lateness at watermark " +
+                        std::to_string(watermark));
+    }
+
+    // An event the limits turned away: counted, and kept as side output where the pipeline
+    // keeps too-late events, so that nothing is dropped without a trace.
+    void refuse(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
+                std::string_view limit, int64_t watermark) {
+        const bool keys = limit == "max_keys";
+        ++(keys ? stats_.keys_refused : stats_.windows_refused);
+        if (spec_.late.too_late != TooLate::side_output) return;
+        const auto [start, end] = new_event_window(t);
+        side_output(sink, key, event, t, start, end, watermark,
+                    "refused: " + std::string(limit) + " " +
+                        std::to_string(keys ? spec_.limits.keys_max
+                                            : spec_.limits.open_windows_max) +
+                        " reached");
+    }
+
+    void side_output(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
+                     int64_t start, int64_t end, int64_t watermark, std::string reason) {
         ++stats_.side_outputs;
         SideOutput s;
         s.pipeline = index_;
-        s.reason = "too late: window [" + std::to_string(start) + ", " + std::to_string(end) +
-                   ") closed past its allowed lateness at watermark " + std::to_string(watermark);
+        s.reason = std::move(reason);
         s.order = event.order;
         s.key = std::string(key);
         s.event_ms = t;
@@ -988,6 +1236,20 @@ class Pipeline {
         s.topic = std::string(event.topic);
         s.payload = std::string(event.payload);
         sink.side_output(s);
+    }
+
+    // Whether an event of a key with no state is too late at watermark `wm`, and the window it
+    // would have opened (the newest one holding it, for slices).
+    bool new_event_too_late(int64_t t, int64_t wm) const {
+        if (wm == time_min) return false;
+        const auto [start, end] = new_event_window(t);
+        (void)start;
+        return sat_add(end, lateness_ms_) <= wm;
+    }
+    std::pair<int64_t, int64_t> new_event_window(int64_t t) const {
+        if (session_) return {t, sat_add(t, spec_.window.gap_ms)};
+        const int64_t start = slice_last_window_start(slice_start(t));
+        return {start, start + size_ms_};
     }
 
     // --- tumbling and hopping (slices) -------------------------------------------------------
@@ -1101,7 +1363,7 @@ class Pipeline {
             too_late(sink, key, event, t, last_start, last_start + size_ms_, wm);
             return;
         }
-        k = admit_key(k, key, p, d);
+        k = admit_key(k, key, p, d, event, t, sink);
         if (!k) return;
         Unit* unit = in_newest ? newest : nullptr;
         bool created = false;
@@ -1113,7 +1375,7 @@ class Pipeline {
                 unit = &*std::prev(it);
             } else {
                 if (units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
-                    ++stats_.windows_refused;
+                    refuse(sink, key, event, t, "max_open_windows", wm);
                     if (k->units.empty() && k->fired.empty()) remove_key(k);
                     return;
                 }
@@ -1144,10 +1406,16 @@ class Pipeline {
     // again, as the next revision (or as its first result if it had none when it closed).
     bool refire_late(KeyState& k, int64_t t, int64_t wm, EmissionSink& sink) {
         bool any = false;
+        bool missed = false;
         for (int64_t ws = first_window_start(t); ws <= last_window_start(t); ws += advance_ms_) {
             const int64_t end = ws + size_ms_;
             if (end > wm) break;
-            if (sat_add(end, lateness_ms_) <= wm) continue;
+            if (sat_add(end, lateness_ms_) <= wm) {
+                // Hopping: too late for this window, on time for a later one that holds t.
+                count_too_late_window(ws, end);
+                missed = true;
+                continue;
+            }
             const AggregateState* state = window_state(k, ws, end);
             TM_ASSERT(state != nullptr);
             aggs_.results(*state, values_);
@@ -1170,6 +1438,7 @@ class Pipeline {
             }
             any = true;
         }
+        if (missed) ++stats_.too_late_partial;
         return any;
     }
 
@@ -1213,41 +1482,57 @@ class Pipeline {
         const int64_t wm = d.watermark;
         const int64_t gap = spec_.window.gap_ms;
         const int64_t max_duration = spec_.window.max_duration_ms;
-        // The sessions this event joins: those overlapping [t, t + gap), less those it is
-        // beyond the max_duration of, less those that would stretch the merge past it.
+        const int64_t t_end = sat_add(t, gap);
+        // The sessions this event overlaps, [first, last) in start order: a key's sessions never
+        // overlap one another, so their ends are in order too.
         size_t first = 0, last = 0;
+        bool overlapped = false;
         if (k) {
             const auto& units = k->units;
-            while (first < units.size() &&
-                   (units[first].end <= t || units[first].start + max_duration <= t))
+            while (first < units.size() && units[first].end <= t)
                 ++first;
             last = first;
-            if (first < units.size() && units[first].start < t + gap) {
-                const int64_t merged_start = std::min(t, units[first].start);
-                while (last < units.size() && units[last].start < t + gap &&
-                       units[last].start < merged_start + max_duration)
-                    ++last;
+            while (last < units.size() && units[last].start < t_end)
+                ++last;
+            overlapped = first != last;
+            // Every event of a session lies inside it, and a session spans less than
+            // max_duration: join all it overlaps if that fits; else the one holding t (it
+            // always fits); else the first one if that fits; else a session of its own, cut
+            // where the next one starts.
+            const auto fits = [&](size_t a, size_t b) {
+                int64_t low = std::min(t, units[a].start), high = t;
+                for (size_t i = a; i < b; ++i)
+                    high = std::max(high, units[i].last_ms);
+                return high - low < max_duration;
+            };
+            if (overlapped && !fits(first, last)) {
+                if (units[first].start <= t || fits(first, first + 1))
+                    last = first + 1;
+                else
+                    last = first;
             }
         }
-        if (first == last && wm != time_min && sat_add(t + gap, lateness_ms_) <= wm) {
-            too_late(sink, key, event, t, t, t + gap, wm);
+        if (!overlapped && wm != time_min && sat_add(t_end, lateness_ms_) <= wm) {
+            too_late(sink, key, event, t, t, t_end, wm);
             return;
         }
-        k = admit_key(k, key, p, d);
+        k = admit_key(k, key, p, d, event, t, sink);
         if (!k) return;
         if (first == last && units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
-            ++stats_.windows_refused;
+            refuse(sink, key, event, t, "max_open_windows", wm);
             if (k->units.empty()) remove_key(k);
             return;
         }
         auto& units = k->units;
         int64_t start = t;
-        int64_t end = t + gap;
+        int64_t last_ms = t;
         for (size_t i = first; i < last; ++i) {
             start = std::min(start, units[i].start);
-            end = std::max(end, units[i].end);
+            last_ms = std::max(last_ms, units[i].last_ms);
         }
-        end = std::min(end, start + max_duration);
+        int64_t end = std::min(sat_add(last_ms, gap), sat_add(start, max_duration));
+        if (last < units.size()) end = std::min(end, units[last].start);
+        TM_ASSERT(start <= t && t <= last_ms && last_ms < end);
         const bool late = end <= wm;
         mark_dirty(*k);
 
@@ -1257,6 +1542,7 @@ class Pipeline {
             if (u.start != start && tracking_) erased_.push_back(unit_key(k->key, u.start));
             u.start = start;
             u.end = end;
+            u.last_ms = last_ms;
             aggs_.add(u.state, event.fields.data(), t, event.order);
             u.dirty = true;
             if (late) {
@@ -1273,6 +1559,7 @@ class Pipeline {
         // The same window as before: update it in place.
         if (last == first + 1 && units[first].start == start && units[first].end == end) {
             Unit& u = units[first];
+            u.last_ms = last_ms;
             aggs_.add(u.state, event.fields.data(), t, event.order);
             u.dirty = true;
             if (u.fired) {
@@ -1292,6 +1579,7 @@ class Pipeline {
         Unit merged;
         merged.start = start;
         merged.end = end;
+        merged.last_ms = last_ms;
         merged.state = fresh_;
         for (size_t i = first; i < last; ++i) {
             Unit& u = units[i];
@@ -1365,6 +1653,7 @@ class Pipeline {
             bytes::put_u32(value, u.revision);
             put_values(value, u.values);
             aggs_.encode(u.state, value);
+            if (session_) bytes::put_i64(value, u.last_ms);  // absent before format 3
             w.put(unit_key(k.key, u.start), value);
             u.dirty = false;
         }
@@ -1379,7 +1668,7 @@ class Pipeline {
             return fail("damaged key meta of '" + k.key + "'");
         Partition* p = find_partition(part);
         if (!p) p = create_partition(part);
-        k.partition = p;
+        set_key_partition(k, p);
         k.fired.clear();
         for (uint32_t i = 0; i < n; ++i) {
             Fired f;
@@ -1400,6 +1689,14 @@ class Pipeline {
         if (!bytes::get_u32(in, u.revision) || !get_values(in, u.values) ||
             !aggs_.decode(in, u.state))
             return fail("damaged window state of '" + k.key + "'");
+        if (session_) {
+            // Written before sessions kept their latest event: the latest it can have been.
+            u.last_ms = std::max(u.start, u.end - spec_.window.gap_ms);
+            if (!in.empty() && !bytes::get_i64(in, u.last_ms))
+                return fail("damaged session of '" + k.key + "'");
+            if (u.last_ms < u.start || u.last_ms >= u.end)
+                return fail("damaged session bounds of '" + k.key + "'");
+        }
         u.dirty = false;
         auto pos = std::lower_bound(k.units.begin(), k.units.end(), u.start,
                                     [](const Unit& a, int64_t s) { return a.start < s; });
@@ -1414,10 +1711,7 @@ class Pipeline {
         bytes::put_i64(value, p.last_ingest_ms);
         value.push_back(p.idle ? 1 : 0);
         if (p.domain) put_domain(value, *p.domain);
-        std::string key = prefix_;
-        key.push_back('P');
-        key.append(p.name);
-        w.put(key, value);
+        w.put(partition_key(p.name), value);
     }
 
     Result<void> read_partition(std::string_view name, std::string_view in) {
@@ -1429,6 +1723,12 @@ class Pipeline {
             return fail("damaged partition '" + std::string(name) + "'");
         p->idle = in[0] != 0;
         in.remove_prefix(1);
+        // A partition's own watermark is stored under scope partition only: its presence
+        // tells the scope the state was written under (refused in restore_finish).
+        if (p->domain ? in.empty() : !in.empty()) {
+            scope_mismatch_ = true;
+            return {};
+        }
         if (p->domain && !get_domain(in, *p->domain))
             return fail("damaged partition watermark '" + std::string(name) + "'");
         // Keep the stored index so the min-tree is laid out as before (not needed for results).
@@ -1454,11 +1754,11 @@ class Pipeline {
         bytes::put_u64(value, state_fingerprint(spec_));
         bytes::put_i64(value, now_ms_);
         put_domain(value, global_);
-        const uint64_t counters[] = {stats_.events_in,       stats_.late_updated,
-                                     stats_.too_late,        stats_.side_outputs,
-                                     stats_.clamped,         stats_.keys_refused,
-                                     stats_.windows_refused, stats_.emitted_final,
-                                     stats_.emitted_update,  stats_.emitted_retract};
+        const uint64_t counters[] = {
+            stats_.events_in,       stats_.late_updated,    stats_.too_late,
+            stats_.side_outputs,    stats_.clamped,         stats_.keys_refused,
+            stats_.windows_refused, stats_.emitted_final,   stats_.emitted_update,
+            stats_.emitted_retract, stats_.too_late_partial, stats_.partitions_forgotten};
         bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
         for (uint64_t c : counters)
             bytes::put_u64(value, c);
@@ -1469,6 +1769,10 @@ class Pipeline {
             bytes::put_i64(value, w_.second);
             bytes::put_u64(value, n);
         }
+        // Since format 3 (older records end above): where new partitions start, and the scope
+        // the state was written under.
+        bytes::put_i64(value, forgotten_lead_ms_);
+        value.push_back(scope_partition_ ? 1 : 0);
         std::string key = prefix_;
         key.push_back('A');
         w.put(key, value);
@@ -1476,16 +1780,19 @@ class Pipeline {
 
     Result<void> read_meta(std::string_view in) {
         uint32_t n;
+        uint64_t* counters[] = {
+            &stats_.events_in,       &stats_.late_updated,    &stats_.too_late,
+            &stats_.side_outputs,    &stats_.clamped,         &stats_.keys_refused,
+            &stats_.windows_refused, &stats_.emitted_final,   &stats_.emitted_update,
+            &stats_.emitted_retract, &stats_.too_late_partial, &stats_.partitions_forgotten};
+        // Format 2 stored the first ten counters.
         if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
-            !get_domain(in, global_) || !bytes::get_u32(in, n) || n != 10)
+            !get_domain(in, global_) || !bytes::get_u32(in, n) ||
+            (n != 10 && n != std::size(counters)))
             return fail("damaged meta record of pipeline '" + spec_.name + "'");
-        uint64_t* counters[] = {&stats_.events_in,       &stats_.late_updated,
-                                &stats_.too_late,        &stats_.side_outputs,
-                                &stats_.clamped,         &stats_.keys_refused,
-                                &stats_.windows_refused, &stats_.emitted_final,
-                                &stats_.emitted_update,  &stats_.emitted_retract};
-        for (uint64_t* c : counters)
-            if (!bytes::get_u64(in, *c)) return fail("damaged counters of '" + spec_.name + "'");
+        for (uint32_t i = 0; i < n; ++i)
+            if (!bytes::get_u64(in, *counters[i]))
+                return fail("damaged counters of '" + spec_.name + "'");
         if (!stats_.lag_ms.decode(in) || !bytes::get_u32(in, n))
             return fail("damaged lag sketch of '" + spec_.name + "'");
         too_late_windows_.clear();
@@ -1495,6 +1802,11 @@ class Pipeline {
             if (!bytes::get_i64(in, s) || !bytes::get_i64(in, e) || !bytes::get_u64(in, c))
                 return fail("damaged too-late table of '" + spec_.name + "'");
             too_late_windows_.push_back({{s, e}, c});
+        }
+        if (!in.empty()) {
+            if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 1 || in[0] > 1)
+                return fail("damaged meta record of pipeline '" + spec_.name + "'");
+            scope_seen_ = in[0];
         }
         stats_.ingest_ms = now_ms_;
         meta_seen_ = true;
@@ -1537,6 +1849,16 @@ class Pipeline {
     std::vector<uint32_t> low_dirty_;  // at most low_capacity_ / 16 + 1
     uint32_t low_witness_ = no_witness;
     std::set<std::pair<int64_t, Partition*>, DeadlineLess> idle_deadlines_;
+    // Forgotten partitions: their objects and min-tree indexes, reused by new ones (both
+    // bounded by the most partitions live at once, so by keys_max).
+    std::vector<Partition*> free_partitions_;
+    std::vector<uint32_t> free_indexes_;
+    size_t partitions_allocated_ = 0;
+    // Scope partition: the largest (watermark - ingest time) of a forgotten partition, see
+    // new_partition_watermark(); time_min before any was forgotten.
+    int64_t forgotten_lead_ms_ = time_min;
+    std::vector<Partition*> went_idle_;       // advance()'s batch; bounded by keys_max
+    std::vector<Partition*> due_partitions_;  // advance()'s batch; bounded by keys_max
     int64_t now_ms_ = time_min;
     uint64_t units_total_ = 0;
     uint64_t fired_total_ = 0;
@@ -1549,6 +1871,13 @@ class Pipeline {
     std::vector<std::string> erased_;
     bool meta_seen_ = false;
     uint64_t fingerprint_seen_ = 0;
+    int scope_seen_ = -1;  // -1: a meta record written before the scope was stored
+    bool scope_mismatch_ = false;  // a partition record of the other scope was restored
+    // What the last checkpoint wrote, until the next one (or checkpoint_failed) settles it.
+    std::vector<std::string> pending_erased_;
+    std::vector<std::string> pending_keys_;
+    std::vector<std::string> pending_partitions_;
+    bool pending_full_ = false;
 
     AggregateState fresh_;
     AggregateState scratch_;
@@ -1619,6 +1948,18 @@ const PipelineStats& Engine::stats(uint32_t pipeline) const {
 void Engine::checkpoint(StateWriter& writer) {
     for (auto& p : impl_->pipelines)
         p->checkpoint(writer);
+}
+
+std::optional<int64_t> watermark_lag_ms(const PipelineStats& stats) {
+    if (stats.watermark_ms == time_min) return std::nullopt;
+    int64_t lag;
+    if (__builtin_sub_overflow(stats.ingest_ms, stats.watermark_ms, &lag)) return std::nullopt;
+    return lag;
+}
+
+void Engine::checkpoint_failed() {
+    for (auto& p : impl_->pipelines)
+        p->checkpoint_failed();
 }
 
 std::string Engine::state_prefix(std::string_view pipeline_name) {

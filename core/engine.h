@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,9 +22,13 @@ struct PipelineStats {
     uint64_t events_in = 0;
     uint64_t late_updated = 0;  // late events that updated (and re-fired) a window
     uint64_t too_late = 0;      // late events past the allowed lateness (dropped or side output)
+    // Hopping: events applied to some of their windows but too late for older ones (each
+    // such window is counted in the per-window too-late table).
+    uint64_t too_late_partial = 0;
     uint64_t side_outputs = 0;
     uint64_t clamped = 0;          // events stamped more than max_future ahead of ingest
-    uint64_t keys_refused = 0;     // events refused because keys_max was reached
+    uint64_t keys_refused = 0;  // events refused because keys_max (keys or partitions) was reached
+    uint64_t partitions_forgotten = 0;  // idle partitions without keys, dropped from state
     uint64_t windows_refused = 0;  // events refused because open_windows_max was reached
     uint64_t emitted_final = 0;
     uint64_t emitted_update = 0;
@@ -38,6 +43,10 @@ struct PipelineStats {
     int64_t ingest_ms = 0;     // the newest ingest time seen
     LagHistogram lag_ms;       // ingest_ms - event_ms of every event (before clamping)
 };
+
+/// How far the watermark is behind the newest ingest time; none while there is no watermark
+/// yet (it is at its minimum) or the difference does not fit (a clock decades off).
+std::optional<int64_t> watermark_lag_ms(const PipelineStats& stats);
 
 /// Receives the state changes of a checkpoint: opaque keys and values that sort so that a store
 /// iterating in key order restores in a deterministic order.
@@ -55,8 +64,11 @@ class StateWriter {
 /// same records give the same emissions, byte for byte, live or in replay. Emissions come out in
 /// a fixed order: by window end, then key, then window start.
 /// Concurrency: single-threaded; one owner calls everything.
-/// Limits: keys and open windows per pipeline are bounded by PipelineSpec::limits; past them new
-/// keys/windows are refused and counted. Partitions are bounded by keys_max too.
+/// Limits: live keys, live partitions and open windows per pipeline are bounded by
+/// PipelineSpec::limits; past them new ones are refused and counted (and kept as side output
+/// where the pipeline keeps too-late events). A key whose windows have all fired and passed
+/// their lateness is forgotten, and so is an idle partition without keys: the limits bound what
+/// is live at once, never what was ever seen.
 class Engine {
   public:
     static Result<std::unique_ptr<Engine>> create(std::string node_id,
@@ -82,6 +94,10 @@ class Engine {
     /// create() writes everything that exists; after a restore, the store is taken to hold
     /// exactly what was restored, so the first call writes what changed since.
     void checkpoint(StateWriter& writer);
+    /// The transaction that took the last checkpoint() did not commit (map or disk full, I/O
+    /// error): the next checkpoint() writes what it held again, with its erasures. Without this
+    /// call the next checkpoint() takes the last one as committed.
+    void checkpoint_failed();
 
     /// Restores state written by checkpoint(): call restore_entry for every stored (key, value),
     /// in any order, then restore_finish. Only on a freshly created engine. State written for a

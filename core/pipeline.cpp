@@ -91,8 +91,15 @@ uint64_t windows_per_key_estimate(const PipelineSpec& spec) {
     const WindowSpec& w = spec.window;
     const int64_t keep_ms = spec.watermark.delay_ms + spec.late.allowed_lateness_ms;
     switch (w.type) {
-        case WindowType::tumbling:
-            return 1 + static_cast<uint64_t>((keep_ms + w.size_ms - 1) / w.size_ms);
+        case WindowType::tumbling: {
+            // A fired window inside its lateness keeps two records: its slice and the fired
+            // record (revision, and the values a retract must cancel).
+            const uint64_t slices = 1 + static_cast<uint64_t>((keep_ms + w.size_ms - 1) / w.size_ms);
+            const int64_t lateness_ms = spec.late.allowed_lateness_ms;
+            const uint64_t fired =
+                lateness_ms > 0 ? static_cast<uint64_t>(lateness_ms / w.size_ms + 1) : 0;
+            return slices + fired;
+        }
         case WindowType::hopping: {
             // Slices of gcd(size, advance) cover the window, the delay and the lateness horizon;
             // fired windows kept for lateness add one record each.

@@ -14,8 +14,6 @@ namespace {
 // Below this magnitude a value counts as zero: log-buckets would need ever more indices to
 // reach it, and telemetry that small is noise around zero.
 constexpr double zero_magnitude_max = 1e-9;
-// Keeps every bucket index of a finite value inside int32 (|ln DBL_MAX| / ln gamma < 2^31).
-constexpr double relative_error_min = 1e-6;
 
 using Buckets = std::vector<std::pair<int32_t, uint64_t>>;
 
@@ -118,6 +116,9 @@ double QuantileSketch::value_of(int32_t index) const {
 void QuantileSketch::add(double value) {
     if (std::isnan(value)) return;
     const double magnitude = std::min(std::fabs(value), std::numeric_limits<double>::max());
+    const double clamped = value < 0 ? -magnitude : magnitude;
+    min_ = std::min(min_, clamped);
+    max_ = std::max(max_, clamped);
     ++count_;
     if (magnitude < zero_magnitude_max) {
         ++zero_count_;
@@ -173,6 +174,8 @@ void QuantileSketch::merge(const QuantileSketch& other) {
     TM_ASSERT(relative_error_ == other.relative_error_ && buckets_max_ == other.buckets_max_);
     if (other.count_ == 0) return;
     count_ += other.count_;
+    min_ = std::min(min_, other.min_);
+    max_ = std::max(max_, other.max_);
     zero_count_ += other.zero_count_;
     collapsed_count_ += other.collapsed_count_;
     merge_into(positive_, other.positive_);
@@ -183,6 +186,11 @@ void QuantileSketch::merge(const QuantileSketch& other) {
 double QuantileSketch::quantile(double q) const {
     TM_ASSERT(q >= 0 && q <= 1);
     if (count_ == 0) return std::numeric_limits<double>::quiet_NaN();
+    // Infinite extremes (a store written before they were kept) leave the value as it is.
+    return std::clamp(bucket_quantile(q), min_, max_);
+}
+
+double QuantileSketch::bucket_quantile(double q) const {
     // The value at sorted position floor(rank) lies in the first bucket whose running count
     // exceeds rank.
     const double rank = q * static_cast<double>(count_ - 1);
@@ -213,7 +221,11 @@ size_t QuantileSketch::bytes() const {
 }
 
 void QuantileSketch::encode(std::string& out) const {
-    bytes::put_f64(out, relative_error_);
+    // The relative error is written negated to mark the format that carries min and max after
+    // it; the older format (a positive error, no extremes) is still read.
+    bytes::put_f64(out, -relative_error_);
+    bytes::put_f64(out, min_);
+    bytes::put_f64(out, max_);
     bytes::put_u32(out, buckets_max_);
     bytes::put_u64(out, count_);
     bytes::put_u64(out, zero_count_);
@@ -228,7 +240,15 @@ bool QuantileSketch::decode(std::string_view& in) {
     uint64_t count = 0;
     uint64_t zero_count = 0;
     uint64_t collapsed_count = 0;
-    if (!bytes::get_f64(in, relative_error) || !bytes::get_u32(in, buckets_max) ||
+    double min = std::numeric_limits<double>::infinity();
+    double max = -std::numeric_limits<double>::infinity();
+    if (!bytes::get_f64(in, relative_error)) return false;
+    if (relative_error < 0) {
+        relative_error = -relative_error;
+        if (!bytes::get_f64(in, min) || !bytes::get_f64(in, max)) return false;
+        if (std::isnan(min) || std::isnan(max)) return false;
+    }
+    if (!bytes::get_u32(in, buckets_max) ||
         !bytes::get_u64(in, count) || !bytes::get_u64(in, zero_count) ||
         !bytes::get_u64(in, collapsed_count)) {
         return false;
@@ -240,6 +260,8 @@ bool QuantileSketch::decode(std::string_view& in) {
     decoded.count_ = count;
     decoded.zero_count_ = zero_count;
     decoded.collapsed_count_ = collapsed_count;
+    decoded.min_ = min;
+    decoded.max_ = max;
     uint64_t total = 0;
     if (!decode_buckets(in, decoded.positive_, buckets_max, total) ||
         !decode_buckets(in, decoded.negative_, buckets_max, total)) {

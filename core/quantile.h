@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,13 +21,20 @@ namespace tidemark::core {
 /// "Lowest" is in value order: the most negative buckets go first, then zero, then the smallest
 /// positive ones. Collapsed values are counted apart and reported as the lowest bucket kept, so
 /// the state depends only on the multiset of values added, not on the order of adds and merges.
-/// NaN is ignored; +-infinity counts as +-DBL_MAX.
+/// NaN is ignored; +-infinity counts as +-DBL_MAX. The exact minimum and maximum are kept
+/// beside the buckets and every quantile is clamped to them: a bucket's representative value may
+/// lie outside the data (p95 of the single value 30 would read 30.27), and no user expects a
+/// quantile outside [min, max]; the clamp only moves a result towards the true value.
 /// Concurrency: none; a plain value type.
 /// Limits: 1e-6 <= relative_error < 1 and buckets_max >= 1 (asserted; config validates them).
 /// Memory is at most buckets_max * 16 bytes plus the object; buckets are sparse, so typical
 /// telemetry uses a few dozen.
 class QuantileSketch {
   public:
+    /// The finest relative error the sketch accepts (config validates against it): it keeps
+    /// every bucket index of a finite value inside int32 (|ln DBL_MAX| / ln gamma < 2^31).
+    static constexpr double relative_error_min = 1e-6;
+
     QuantileSketch() = default;
     QuantileSketch(double relative_error, uint32_t buckets_max);
 
@@ -49,6 +57,7 @@ class QuantileSketch {
 
   private:
     static double gamma_log_of(double relative_error);
+    double bucket_quantile(double q) const;  // the bucket's value, before the clamp
     int32_t index_of(double magnitude) const;
     double value_of(int32_t index) const;
     void collapse();
@@ -61,6 +70,10 @@ class QuantileSketch {
     uint64_t zero_count_ = 0;
     // Values below the lowest bucket kept, after collapsing (see the class comment).
     uint64_t collapsed_count_ = 0;
+    // The exact extremes of what was added (clamped to +-DBL_MAX like the buckets); infinite
+    // while unknown (empty, or decoded from a store written before they were kept).
+    double min_ = std::numeric_limits<double>::infinity();
+    double max_ = -std::numeric_limits<double>::infinity();
     // Sorted by index; (bucket index, count).
     std::vector<std::pair<int32_t, uint64_t>> positive_;
     std::vector<std::pair<int32_t, uint64_t>> negative_;

@@ -126,7 +126,8 @@ json pipeline_stats(const core::PipelineStats& s, const DecodeCounters& d) {
     j["state_bytes"] = s.state_bytes;
     j["watermark_ms"] = s.watermark_ms;
     j["ingest_ms"] = s.ingest_ms;
-    j["watermark_lag_ms"] = s.ingest_ms - s.watermark_ms;
+    const auto lag_ms = core::watermark_lag_ms(s);
+    j["watermark_lag_ms"] = lag_ms ? json(*lag_ms) : json(nullptr);
     j["partitions"] = {{"active", s.partitions_active}, {"idle", s.partitions_idle}};
     j["events_in"] = s.events_in;
     j["late_updated"] = s.late_updated;
@@ -317,7 +318,10 @@ void print_text(const json& j, std::ostream& out) {
                     << "  open windows " << p["open_windows"] << ", keys " << p["keys"]
                     << ", state " << p["state_bytes"] << " bytes\n"
                     << "  watermark " << utc_text(p["watermark_ms"].get<int64_t>()) << " ("
-                    << p["watermark_lag_ms"] << " ms behind ingest), partitions "
+                    << (p["watermark_lag_ms"].is_null()
+                            ? std::string("none yet")
+                            : p["watermark_lag_ms"].dump() + " ms behind ingest")
+                    << "), partitions "
                     << p["partitions"]["active"] << " active, " << p["partitions"]["idle"]
                     << " idle\n"
                     << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]

@@ -550,11 +550,13 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         const DecodeCounters& d = m.processor->decode_counters()[i];
         json p;
         p["watermark_ms"] = s.watermark_ms;
-        p["watermark_lag_ms"] =
-            s.watermark_ms == INT64_MIN ? json(nullptr) : json(s.ingest_ms - s.watermark_ms);
+        const auto lag_ms = core::watermark_lag_ms(s);
+        p["watermark_lag_ms"] = lag_ms ? json(*lag_ms) : json(nullptr);
         p["events_in"] = s.events_in;
         p["late_updated"] = s.late_updated;
         p["too_late"] = s.too_late;
+        p["too_late_partial"] = s.too_late_partial;
+        p["partitions_forgotten"] = s.partitions_forgotten;
         p["side_outputs"] = s.side_outputs;
         p["clamped"] = s.clamped;
         p["malformed"] = d.malformed;

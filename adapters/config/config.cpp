@@ -993,7 +993,17 @@ void read_quantile_options(Checker& c, const Json& pipeline, const std::string& 
     std::string p = child(pointer, "quantile");
     if (!c.expect_object(*j, p, R"({"relative_error": 0.01, "max_buckets": 1024})")) return;
     c.check_keys(*j, p, {"relative_error", "max_buckets"});
-    c.read_fraction(*j, p, "relative_error", options.relative_error, 0.0, 0.5, true);
+    double relative_error = options.relative_error;
+    if (c.read_fraction(*j, p, "relative_error", relative_error, 0.0, 0.5, true)) {
+        // The sketch's own lower bound: anything that passes here must construct at run time.
+        if (relative_error < core::QuantileSketch::relative_error_min)
+            c.error(child(p, "relative_error"),
+                    "must be at least 1e-06 (finer bounds need more buckets than a window "
+                    "can hold), not " +
+                        std::to_string(relative_error));
+        else
+            options.relative_error = relative_error;
+    }
     uint64_t buckets = 0;
     if (c.read_uint(*j, p, "max_buckets", buckets, 16, 65536)) {
         options.buckets_max = static_cast<uint32_t>(buckets);

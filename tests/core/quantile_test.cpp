@@ -215,7 +215,7 @@ TEST_CASE("sketches encode and decode to an equal sketch", "[quantile]") {
     one.add(5);
     std::string encoded;
     one.encode(encoded);
-    encoded[12] = 2;  // count_ low byte: after f64 relative_error and u32 buckets_max
+    encoded[28] = 2;  // count_ low byte: after f64 relative_error, min, max, u32 buckets_max
     std::string_view in(encoded);
     QuantileSketch damaged;
     CHECK_FALSE(damaged.decode(in));
