@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     firmware::ServiceParts& sp = **parts;
-    if (!sp.recover()) return 1;
+    if (!sp.recover([] { return false; })) return 1;
     const int64_t start_ms = 1'764'400'000'000;
     const Io before = read_io();
     uint64_t payload_bytes = 0;

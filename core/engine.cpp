@@ -354,6 +354,7 @@ class Pipeline {
 
     void advance(int64_t now_ms, EmissionSink& sink) {
         if (now_ms <= now_ms_) return;
+        reap_partitions();
         now_ms_ = now_ms;
         stats_.ingest_ms = now_ms;
         // Partitions go idle one ingest instant at a time, in the order of the instants, all
@@ -384,6 +385,9 @@ class Pipeline {
             for (Partition* p : went_idle_)
                 maybe_forget(p);
         }
+        // With the gateway's clock unsynchronised, ingest time says nothing about how much
+        // event time passed: idle watermarks stay where they are (set_clock).
+        if (!clock_trusted_) return;
         if (scope_partition_) {
             // Idle partitions whose watermark (following ingest time) reaches a window fire in
             // partition-name order, whatever their deadlines: a restored engine rebuilds the
@@ -410,13 +414,15 @@ class Pipeline {
     void process(const Event& event, EmissionSink& sink) {
         TM_ASSERT(event.fields.size() == spec_.fields.size());
         if (event.ingest_ms > now_ms_) advance(event.ingest_ms, sink);
+        reap_partitions();
         ++stats_.events_in;
         int64_t t = event.event_ms;
         int64_t lag_ms;
         if (__builtin_sub_overflow(event.ingest_ms, t, &lag_ms))
             lag_ms = t > 0 ? time_min : time_max;
         stats_.lag_ms.add(lag_ms);
-        if (t > sat_add(event.ingest_ms, spec_.watermark.max_future_ms)) {
+        // An unsynchronised clock cannot tell an event from the future from a clock behind.
+        if (clock_trusted_ && t > sat_add(event.ingest_ms, spec_.watermark.max_future_ms)) {
             t = event.ingest_ms;
             ++stats_.clamped;
         }
@@ -436,7 +442,7 @@ class Pipeline {
         Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
                            ? k->partition
                            : find_partition(part_name);
-        if (scope_partition_ && p && p->domain->idle) {
+        if (scope_partition_ && p && p->domain->idle && clock_trusted_) {
             // An idle partition's watermark follows ingest time: bring it to now before the
             // event is judged (and fire what that reaches), as the clock would have.
             catch_up_idle(*p, sink);
@@ -446,7 +452,7 @@ class Pipeline {
         if (!p) {
             if (partitions_.size() >= spec_.limits.keys_max) {
                 const int64_t wm = scope_partition_ ? new_partition_watermark() : global_.watermark;
-                if (!k && new_event_too_late(t, wm)) {
+                if (event_too_late(k, t, wm)) {
                     const auto [start, end] = new_event_window(t);
                     too_late(sink, key, event, t, start, end, wm);
                 } else {
@@ -499,14 +505,15 @@ class Pipeline {
             for (const Partition* p : partition_list_) {
                 if (!p) continue;
                 const Domain& d = *p->domain;
-                wm = std::min(wm, d.idle ? std::max(d.watermark, idle_watermark(d, now_ms_))
-                                         : d.watermark);
+                wm = std::min(wm, d.idle && clock_trusted_
+                                      ? std::max(d.watermark, idle_watermark(d, now_ms_))
+                                      : d.watermark);
             }
             stats_.watermark_ms = wm == time_max ? time_min : wm;
         } else {
-            stats_.watermark_ms = global_.idle ? std::max(global_.watermark,
-                                                          idle_watermark(global_, now_ms_))
-                                               : global_.watermark;
+            stats_.watermark_ms = global_.idle && clock_trusted_
+                                      ? std::max(global_.watermark, idle_watermark(global_, now_ms_))
+                                      : global_.watermark;
         }
         return stats_;
     }
@@ -583,6 +590,41 @@ class Pipeline {
         pending_partitions_.clear();
         pending_full_ = false;
     }
+
+    // See Engine::set_clock.
+    void set_clock(bool trusted, int64_t now_ms) {
+        if (trusted == clock_trusted_) return;
+        clock_trusted_ = trusted;
+        if (!trusted) return;
+        // The step from the unsynchronised clock to the real one is not time that passed: every
+        // partition's silence and every idle watermark starts again from now, where they were.
+        activity_.clear();
+        std::vector<Partition*> active;
+        for (Partition* p : partition_list_) {
+            if (!p) continue;
+            mark_dirty(p);
+            if (!p->idle) {
+                p->last_ingest_ms = now_ms;
+                active.push_back(p);
+            } else if (scope_partition_) {
+                Domain& d = *p->domain;
+                d.idle_base_ms = d.watermark;
+                d.idle_since_ms = now_ms;
+            }
+        }
+        for (Partition* p : active)  // index order: all were touched at the same instant
+            activity_push(p);
+        if (global_.idle) {
+            global_.idle_base_ms = global_.watermark;
+            global_.idle_since_ms = now_ms;
+        }
+        now_ms_ = now_ms;  // back, too, when the synchronised clock is behind the old one
+        stats_.ingest_ms = now_ms;
+        if (scope_partition_)
+            for (Partition* p : partition_list_)
+                if (p && p->idle) schedule_idle(p);
+    }
+    bool clock_trusted() const { return clock_trusted_; }
 
     Result<void> restore_entry(std::string_view rest, std::string_view value) {
         if (rest.empty()) return fail("empty state key");
@@ -763,8 +805,16 @@ class Pipeline {
         free_indexes_.push_back(p->index);
         ++stats_.partitions_forgotten;
         p->forgotten = true;
-        // On the dirty list: returned to the pool when the next checkpoint has walked it.
-        if (!p->dirty) release_partition(p);
+        // Reused only at the next step (a domain being fired must outlive the firing) or,
+        // when on the dirty list, once the next checkpoint has walked it.
+        if (!p->dirty) retired_partitions_.push_back(p);
+    }
+
+    // Returns forgotten partitions to the pool; only between steps (see maybe_forget).
+    void reap_partitions() {
+        for (Partition* p : retired_partitions_)
+            release_partition(p);
+        retired_partitions_.clear();
     }
 
     void release_partition(Partition* p) {
@@ -1238,12 +1288,14 @@ class Pipeline {
         sink.side_output(s);
     }
 
-    // Whether an event of a key with no state is too late at watermark `wm`, and the window it
-    // would have opened (the newest one holding it, for slices).
-    bool new_event_too_late(int64_t t, int64_t wm) const {
+    // Whether an event is too late at watermark `wm` (for a key `k` that may have no state),
+    // and the window it would have opened (the newest one holding it, for slices).
+    bool event_too_late(const KeyState* k, int64_t t, int64_t wm) const {
         if (wm == time_min) return false;
         const auto [start, end] = new_event_window(t);
-        (void)start;
+        if (session_ && k)  // a session it joins is not too late for it
+            for (const Unit& u : k->units)
+                if (u.start < end && u.end > start) return false;
         return sat_add(end, lateness_ms_) <= wm;
     }
     std::pair<int64_t, int64_t> new_event_window(int64_t t) const {
@@ -1773,6 +1825,7 @@ class Pipeline {
         // the state was written under.
         bytes::put_i64(value, forgotten_lead_ms_);
         value.push_back(scope_partition_ ? 1 : 0);
+        value.push_back(clock_trusted_ ? 1 : 0);
         std::string key = prefix_;
         key.push_back('A');
         w.put(key, value);
@@ -1804,9 +1857,11 @@ class Pipeline {
             too_late_windows_.push_back({{s, e}, c});
         }
         if (!in.empty()) {
-            if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 1 || in[0] > 1)
+            if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 2 || in[0] > 1 ||
+                in[1] > 1)
                 return fail("damaged meta record of pipeline '" + spec_.name + "'");
             scope_seen_ = in[0];
+            clock_trusted_ = in[1] != 0;
         }
         stats_.ingest_ms = now_ms_;
         meta_seen_ = true;
@@ -1852,6 +1907,7 @@ class Pipeline {
     // Forgotten partitions: their objects and min-tree indexes, reused by new ones (both
     // bounded by the most partitions live at once, so by keys_max).
     std::vector<Partition*> free_partitions_;
+    std::vector<Partition*> retired_partitions_;  // forgotten this step, see maybe_forget
     std::vector<uint32_t> free_indexes_;
     size_t partitions_allocated_ = 0;
     // Scope partition: the largest (watermark - ingest time) of a forgotten partition, see
@@ -1872,6 +1928,7 @@ class Pipeline {
     bool meta_seen_ = false;
     uint64_t fingerprint_seen_ = 0;
     int scope_seen_ = -1;  // -1: a meta record written before the scope was stored
+    bool clock_trusted_ = true;  // see Engine::set_clock
     bool scope_mismatch_ = false;  // a partition record of the other scope was restored
     // What the last checkpoint wrote, until the next one (or checkpoint_failed) settles it.
     std::vector<std::string> pending_erased_;
@@ -1957,6 +2014,15 @@ std::optional<int64_t> watermark_lag_ms(const PipelineStats& stats) {
     return lag;
 }
 
+void Engine::set_clock(bool trusted, int64_t ingest_ms) {
+    for (auto& p : impl_->pipelines)
+        p->set_clock(trusted, ingest_ms);
+}
+
+bool Engine::clock_trusted() const {
+    return impl_->pipelines.empty() || impl_->pipelines.front()->clock_trusted();
+}
+
 void Engine::checkpoint_failed() {
     for (auto& p : impl_->pipelines)
         p->checkpoint_failed();
@@ -1964,6 +2030,14 @@ void Engine::checkpoint_failed() {
 
 std::string Engine::state_prefix(std::string_view pipeline_name) {
     return key_prefix(pipeline_name);
+}
+
+std::optional<std::string> Engine::pipeline_of_state_key(std::string_view key) {
+    std::string_view name;
+    if (key.empty() || key[0] != '\x01') return std::nullopt;
+    key.remove_prefix(1);
+    if (!bytes::get_str(key, name)) return std::nullopt;
+    return std::string(name);
 }
 
 Result<void> Engine::restore_entry(std::string_view key, std::string_view value) {
@@ -1975,9 +2049,7 @@ Result<void> Engine::restore_entry(std::string_view key, std::string_view value)
     auto it = impl_->by_name.find(name);
     if (it == impl_->by_name.end())
         return fail("the store holds state of pipeline '" + std::string(name) +
-                    "', which is not in the config: put it back, or drop its state with "
-                    "`tidemark inspect --drop-pipeline " +
-                    std::string(name) + "`");
+                    "', which is not in the config");
     auto ok = impl_->pipelines[it->second]->restore_entry(rest, value);
     if (!ok) return fail("pipeline '" + std::string(name) + "': " + ok.error().message);
     return {};

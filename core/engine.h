@@ -89,6 +89,15 @@ class Engine {
 
     const PipelineStats& stats(uint32_t pipeline) const;
 
+    /// Whether the gateway's clock (the ingest time of the records) can be trusted. While it
+    /// cannot (not synchronised since boot), events are not clamped to max_future and idle
+    /// watermarks do not follow ingest time. When it can again, at `ingest_ms`, the step
+    /// between the two clocks is not taken as time that passed: partitions' silence and idle
+    /// watermarks restart from `ingest_ms`, which may be behind the last one seen. The log
+    /// records each change, so replay makes the same calls.
+    void set_clock(bool trusted, int64_t ingest_ms);
+    bool clock_trusted() const;
+
     /// Writes every unit of state changed since the last call (windows, partitions, counters)
     /// and erases the removed ones; the next call starts from there. The first call after
     /// create() writes everything that exists; after a restore, the store is taken to hold
@@ -107,6 +116,8 @@ class Engine {
 
     /// The state's keys for a pipeline all start with this prefix (so a store can drop one).
     static std::string state_prefix(std::string_view pipeline_name);
+    /// The pipeline a state key belongs to; none for a key the engine did not write.
+    static std::optional<std::string> pipeline_of_state_key(std::string_view key);
 
   private:
     struct Impl;

@@ -12,6 +12,7 @@ namespace tidemark {
 /// What went wrong, in a sentence that names the bad input and says what to do.
 struct Error {
     std::string message;
+    int code = 0;  // 0: no particular kind; a caller that must tell kinds apart defines codes
 };
 
 template <typename T>

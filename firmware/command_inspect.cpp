@@ -14,6 +14,7 @@
 #include "core/duration.h"
 #include "core/emission.h"
 #include "firmware/commands.h"
+#include "firmware/dir_lock.h"
 #include "firmware/processor.h"
 #include "firmware/service_parts.h"
 
@@ -376,6 +377,34 @@ void print_text(const json& j, std::ostream& out) {
 
 }  // namespace
 
+// The way out of "the stored state was written under another definition": the pipeline
+// starts afresh from the checkpoint. Needs the service stopped (its lock on data_dir).
+int drop_pipeline(const std::string& data_dir, const std::optional<config::Config>& config,
+                  const std::string& name) {
+    auto lock = DirLock::take(data_dir);
+    if (!lock) {
+        std::cerr << "tidemark inspect --drop-pipeline: " << lock.error().message << "\n";
+        return 1;
+    }
+    lmdb::StoreOptions so;
+    so.dir = data_dir + "/state";
+    so.read_only = false;
+    if (config) so.map_size_bytes = config->storage.map_size_bytes;
+    auto store = lmdb::Store::open(so);
+    if (!store) {
+        std::cerr << "tidemark inspect --drop-pipeline: " << store.error().message << "\n";
+        return 1;
+    }
+    auto dropped = (*store)->drop_prefix(core::Engine::state_prefix(name));
+    if (!dropped) {
+        std::cerr << "tidemark inspect --drop-pipeline: " << dropped.error().message << "\n";
+        return 1;
+    }
+    std::cout << "dropped " << *dropped << " state records of pipeline '" << name
+              << "'; its outbox rows stay and are sent\n";
+    return 0;
+}
+
 int inspect_command(const InspectOptions& options) {
     std::optional<config::Config> config;
     if (!options.config_path.empty()) {
@@ -397,6 +426,8 @@ int inspect_command(const InspectOptions& options) {
                      "service run here?)\n";
         return 1;
     }
+
+    if (!options.drop_pipeline.empty()) return drop_pipeline(data_dir, config, options.drop_pipeline);
 
     const int64_t now_ms = wall_ms();
     json j;

@@ -21,6 +21,9 @@ struct InspectOptions {
     std::string config_path;  // either this
     std::string data_dir;     // or this
     bool json = false;
+    // Writes instead of reading: drops this pipeline's stored state (the service must be
+    // stopped). Its outbox rows stay and are sent.
+    std::string drop_pipeline;
 };
 int inspect_command(const InspectOptions& options);
 

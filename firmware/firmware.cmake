@@ -8,6 +8,7 @@ target_link_libraries(tidemark_notify PUBLIC PkgConfig::SYSTEMD)
 
 # Everything but main(), so that tests can drive the runtime and the commands in-process.
 add_library(tidemark_firmware STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/clock.cpp
   ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replay.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp

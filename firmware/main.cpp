@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
     inspect->add_option("--config,-c", inspect_options.config_path, "config file");
     inspect->add_option("--data-dir", inspect_options.data_dir, "data directory");
     inspect->add_flag("--json", inspect_options.json, "machine-readable output");
+    inspect->add_option("--drop-pipeline", inspect_options.drop_pipeline,
+                        "drop the stored state of this pipeline (stop the service first)");
 
     firmware::AdviseOptions advise_options;
     auto* advise = app.add_subcommand(
@@ -130,7 +132,7 @@ int main(int argc, char** argv) {
     auto result = firmware::run_service(*loaded, options, signals);
     if (!result) {
         spdlog::critical("{}", result.error().message);
-        return 1;
+        return result.error().code != 0 ? result.error().code : 1;
     }
     return 0;
 }

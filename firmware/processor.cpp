@@ -51,7 +51,13 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
 }
 
 void Processor::feed(const log::Record& record, ProcessorSink& sink) {
+    // Time up to the record that says the clock is not trusted still counts; from the record
+    // that says it is trusted again on, time counts afresh (Engine::set_clock).
+    if (record.type == log::RecordType::tick && record.topic == clock_synchronised_tick)
+        engine_->set_clock(true, record.ingest_ms);
     engine_->advance(record.ingest_ms, sink);
+    if (record.type == log::RecordType::tick && record.topic == clock_unsynchronised_tick)
+        engine_->set_clock(false, record.ingest_ms);
     if (record.type == log::RecordType::tick) return;
     if (record.type == log::RecordType::malformed) {
         // The topic field of a malformed record holds "reason\ttopic" (see firmware/runtime.cpp).

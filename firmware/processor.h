@@ -15,6 +15,11 @@
 
 namespace tidemark::firmware {
 
+/// The topic of a tick record that says the gateway's clock stopped (or started) being
+/// synchronised from that record on; replay sees the same changes at the same records.
+inline constexpr std::string_view clock_unsynchronised_tick = "clock:unsynchronised";
+inline constexpr std::string_view clock_synchronised_tick = "clock:synchronised";
+
 /// Counters of what could not be turned into events, per pipeline.
 struct DecodeCounters {
     uint64_t malformed = 0;       // matched the pipeline's topic but could not be decoded
@@ -45,6 +50,8 @@ class Processor {
     ~Processor();
 
     void feed(const log::Record& record, ProcessorSink& sink);
+    /// The last checkpoint's transaction did not commit: the next checkpoint writes it again.
+    void checkpoint_failed() { engine_->checkpoint_failed(); }
 
     core::Engine& engine() { return *engine_; }
     const config::Config& config() const { return config_; }

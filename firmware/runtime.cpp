@@ -23,6 +23,7 @@
 #include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
 #include "adapters/mqtt/redelivery_filter.h"
+#include "firmware/dir_lock.h"
 #include "firmware/notify.h"
 #include "firmware/processor.h"
 #include "firmware/service_parts.h"
@@ -31,43 +32,10 @@ namespace tidemark::firmware {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-int64_t steady_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-        .count();
-}
-
 // Bounds of one engine step: records read before the outbox batch is committed.
 constexpr size_t step_records_max = 4096;
 // Ingest appends a tick when nothing else was appended for this long.
 constexpr int64_t tick_interval_ms = 1000;
-
-// One process per data_dir: a second one would append to the same log and corrupt it.
-class DirLock {
-  public:
-    static Result<DirLock> take(const std::string& dir) {
-        const std::string path = dir + "/lock";
-        const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return fail("cannot open " + path + ": " + std::strerror(errno) +
-                        " (is data_dir writable by this user?)");
-        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            ::close(fd);
-            return fail("another tidemark process is using " + dir +
-                        ": stop it first, or give this one another data_dir");
-        }
-        return DirLock(fd);
-    }
-    DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-    ~DirLock() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-
-  private:
-    explicit DirLock(int fd) : fd_(fd) {}
-    int fd_;
-};
 
 }  // namespace
 
@@ -85,26 +53,62 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     if (!parts) return std::unexpected(parts.error());
     ServiceParts& sp = **parts;
 
+    // The forwarder is the only thing that frees room in the outbox: it runs before recovery,
+    // so that a restart with a full outbox drains it instead of waiting for itself. It sends
+    // only rows already committed, which recovery never rewrites.
+    auto forwarder = sp.start_forwarder();
+    if (!forwarder) spdlog::error("upstream: {}", forwarder.error().message);
+    sp.refresh_health(nullptr);  // the first retained snapshot is a real one, never "{}"
+    auto health = sp.start_health();
+    if (!health) spdlog::error("health: {}", health.error().message);
+
     // Recovery: the checkpoint, then the log from its offset (regenerated emissions that are
     // already in the outbox are skipped by id).
     // Replaying a long log can outlast the unit's start timeout; say so to systemd.
     notifier.extend_timeout(std::chrono::minutes(10));
     const int64_t recover_start_ms = steady_ms();
-    auto recovered = sp.recover();
+    int64_t waited_ms = 0;
+    auto recovered = sp.recover([&] {
+        if (waited_ms == 0) spdlog::warn("recovery waits for room in the outbox (upstream down?)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        waited_ms += 250;
+        notifier.extend_timeout(std::chrono::minutes(1));
+        notifier.watchdog(steady_ms());
+        sp.refresh_health(nullptr);
+        return !signals.stop.load();
+    });
     if (!recovered) return std::unexpected(recovered.error());
     spdlog::info("recovered: checkpoint at log offset {}, {} records replayed in {} ms",
                  sp.checkpoint_offset(), *recovered, steady_ms() - recover_start_ms);
     notifier.status("recovered " + std::to_string(*recovered) + " records");
-    if (auto ok = sp.checkpoint(); !ok) return ok;
+    // Not fatal: the loop checkpoints again, and a failed one changes nothing stored.
+    if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
+
+    // The clock as the log last recorded it; a change is appended as a marker tick, so that
+    // the engine (and every replay) sees it at the same record.
+    bool clock_trusted_logged = sp.engine_clock_trusted();
 
     // Ingest: the durable append happens inside the Paho callback, before the PUBACK.
     std::mutex append_mutex;  // ingest callbacks and the ticker both append
     std::atomic<int64_t> last_append_ms{steady_ms()};
+    // Ticks say that the devices are silent; only while ingest could hear them (connected and
+    // not paused). Our own silence must not make a backlog the broker keeps late.
+    std::atomic<bool> ingest_live{false};
     mqtt::RedeliveryFilter& filter = sp.redelivery_filter();
+    uint64_t connection_seen = 0;  // under append_mutex, like the filter
     const uint64_t payload_max = config.source.max_payload_bytes;
     auto handler = [&](const mqtt::IncomingMessage& m) -> mqtt::HandleResult {
         std::lock_guard<std::mutex> guard(append_mutex);
+        if (m.connection != connection_seen) {
+            // What the previous connections left unacknowledged may now come back, with DUP.
+            filter.connection_started();
+            connection_seen = m.connection;
+        }
         const int64_t now = wall_ms();
+        if (m.duplicate && filter.is_redelivery(m.packet_id, m.topic, m.payload)) {
+            sp.count_redelivery_skipped();
+            return mqtt::HandleResult::accepted;
+        }
         Result<uint64_t> appended;
         if (m.payload.size() > payload_max) {
             // Kept for inspection with its reason; counted by every pipeline it matches.
@@ -114,13 +118,9 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             appended = sp.log().append(log::RecordType::malformed, now, topic,
                                        m.payload.substr(0, log::malformed_payload_bytes_max));
         } else {
-            if (m.duplicate && filter.seen(m.topic, m.payload)) {
-                sp.count_redelivery_skipped();
-                return mqtt::HandleResult::accepted;
-            }
             appended = sp.log().append(log::RecordType::message, now, m.topic, m.payload);
-            if (appended) filter.remember(m.topic, m.payload);
         }
+        if (appended) filter.remember(m.packet_id, m.topic, m.payload);
         if (!appended) {
             sp.append_failed(appended.error().message);
             return mqtt::HandleResult::retry_later;
@@ -138,7 +138,9 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     // by disconnecting it (the broker keeps the persistent session's messages) rather than by
     // holding a message; only a log append that fails (disk full) holds one, briefly.
     auto make_ingest = [&] {
-        return mqtt::Ingest::create(source_broker_options(config), filters, handler);
+        mqtt::IngestOptions io;
+        io.accept_retained = config.source.accept_retained;
+        return mqtt::Ingest::create(source_broker_options(config), filters, handler, io);
     };
     auto ingest = make_ingest();
     if (!ingest) return std::unexpected(ingest.error());
@@ -152,7 +154,8 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         int64_t next_sync_ms = steady_ms() + config.storage.fsync_interval_ms;
         while (
             !ticker_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ticker_stop; })) {
-            if (steady_ms() - last_append_ms.load(std::memory_order_relaxed) >= tick_interval_ms) {
+            if (ingest_live.load() &&
+                steady_ms() - last_append_ms.load(std::memory_order_relaxed) >= tick_interval_ms) {
                 std::lock_guard<std::mutex> guard(append_mutex);
                 auto ok = sp.log().append(log::RecordType::tick, wall_ms(), {}, {});
                 if (ok)
@@ -171,12 +174,6 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         }
     });
 
-    auto forwarder = sp.start_forwarder();
-    if (!forwarder) spdlog::error("upstream: {}", forwarder.error().message);
-    sp.refresh_health(nullptr);  // the first retained snapshot is a real one, never "{}"
-    auto health = sp.start_health();
-    if (!health) spdlog::error("health: {}", health.error().message);
-
     int64_t ingest_retry_ms = 0;
     int ingest_failures = 0;
     bool ingest_started = false;
@@ -192,6 +189,10 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             steady_ms() + std::min<int64_t>(30'000, 500LL << std::min(ingest_failures, 6));
         spdlog::warn("ingest: {} (retrying)", started.error().message);
     };
+    auto stop_ingest = [&] {
+        ingest_live = false;
+        (*ingest)->stop(std::chrono::seconds(3));
+    };
     try_start_ingest();
     notifier.ready();
     notifier.status(ingest_started ? "running, connected to " + config.source.uri
@@ -199,11 +200,14 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
 
     int64_t next_checkpoint_ms = steady_ms() + config.checkpoint.interval_ms;
     int64_t next_health_ms = 0;
+    int64_t next_clock_ms = 0;
+    int64_t next_trim_ms = 0;
     std::string last_status;
+    Result<void> failure;
     while (!signals.stop.load()) {
         if (signals.reload.exchange(false)) sp.reload(options.config_path, notifier);
         if (sp.ingest_paused() && ingest_started) {
-            (*ingest)->stop(std::chrono::seconds(3));
+            stop_ingest();
             ingest = make_ingest();
             if (!ingest) return std::unexpected(ingest.error());
             ingest_started = false;
@@ -211,15 +215,43 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         }
         if (!ingest_started && !sp.ingest_paused() && steady_ms() >= ingest_retry_ms)
             try_start_ingest();
-        auto step = sp.step(step_records_max, /*drain=*/false);
-        if (!step) {
-            spdlog::critical("engine: {}", step.error().message);
-            signals.stop = true;
+        ingest_live = ingest_started && !sp.ingest_paused() && (*ingest)->connected();
+        if (auto poisoned = sp.log_failure()) {
+            // Linux may have dropped the pages a failed fdatasync did not write: only a reopen
+            // (a restart, by systemd) can tell what is durable.
+            failure = fail("log: " + *poisoned + "; exiting so that a restart reopens the log");
             break;
         }
         const int64_t now = steady_ms();
+        if (now >= next_trim_ms && sp.disk_full()) {
+            // Retention first frees what replay alone needs; then back-pressure (ingest holds
+            // the message, the outbox waits) until the disk has room again.
+            next_trim_ms = now + 10'000;
+            sp.trim_for_disk_full();
+        }
+        if (now >= next_clock_ms) {
+            next_clock_ms = now + 1000;
+            const bool trusted = sp.refresh_clock();
+            if (trusted != clock_trusted_logged) {
+                std::lock_guard<std::mutex> guard(append_mutex);
+                const std::string_view marker =
+                    trusted ? clock_synchronised_tick : clock_unsynchronised_tick;
+                if (auto ok = sp.log().append(log::RecordType::tick, wall_ms(), marker, {}); ok) {
+                    clock_trusted_logged = trusted;
+                    spdlog::warn("clock {}", trusted ? "synchronised: trusted from now on"
+                                                     : "not synchronised: clamping and idle "
+                                                       "advance held until it is");
+                }
+            }
+        }
+        auto step = sp.step(step_records_max, /*drain=*/false);
+        if (!step) {
+            spdlog::critical("engine: {}", step.error().message);
+            failure = std::unexpected(step.error());
+            break;
+        }
         if (now >= next_checkpoint_ms && sp.can_checkpoint()) {
-            if (auto ok = sp.checkpoint(); !ok) spdlog::error("checkpoint: {}", ok.error().message);
+            if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
             next_checkpoint_ms = now + config.checkpoint.interval_ms;
         }
         if (now >= next_health_ms) {
@@ -238,25 +270,33 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     // Shutdown: no new messages, everything logged is processed, one last checkpoint.
     notifier.stopping();
     notifier.status("stopping");
-    (*ingest)->stop(std::chrono::seconds(3));
+    stop_ingest();
     {
         std::lock_guard<std::mutex> lk(ticker_mutex);
         ticker_stop = true;
     }
     ticker_cv.notify_all();
     ticker.join();
-    Result<void> result;
-    if (auto synced = sp.log().sync(); !synced) result = synced;
+    Result<void> result = failure;
+    // Past a failed sync only what was durable before it is processed: the rest may not be on
+    // disk, and its results must not reach the outbox.
+    bool synced = false;
+    if (result) {
+        if (auto ok = sp.log().sync(); ok)
+            synced = true;
+        else
+            result = ok;
+    }
     for (int i = 0; i < 10000; ++i) {
-        auto step = sp.step(step_records_max, /*drain=*/true);
+        auto step = sp.step(step_records_max, /*drain=*/synced);
         if (!step) {
-            result = std::unexpected(step.error());
+            if (result) result = std::unexpected(step.error());
             break;
         }
         if (*step == 0) break;
     }
     if (sp.can_checkpoint()) {
-        if (auto ok = sp.checkpoint(); !ok) result = ok;
+        if (auto ok = sp.checkpoint(); !ok && result) result = ok;
     } else {
         spdlog::warn(
             "stopping with emissions the outbox could not take; they are regenerated "

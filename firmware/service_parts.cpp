@@ -1,7 +1,10 @@
 #include "firmware/service_parts.h"
 
 #include <spdlog/spdlog.h>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -10,30 +13,23 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
+#include "adapters/log/segment_files.h"
 #include "adapters/mqtt/client_options.h"
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
 #include "adapters/mqtt/redelivery_filter.h"
 #include "core/emission.h"
+#include "firmware/clock.h"
 #include "firmware/notify.h"
 #include "firmware/processor.h"
 
 namespace tidemark::firmware {
 
-int64_t wall_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-}
-
 namespace {
 
-int64_t steady_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
+// Side output rows dropped at once when the map is full: diagnostic rows go before results do.
+constexpr size_t side_trim_rows_max = 100'000;
 
 log::FsyncPolicy to_log(config::FsyncPolicy p) {
     switch (p) {
@@ -77,7 +73,7 @@ class BatchSink : public ProcessorSink {
     void side_output(const core::SideOutput& s) override {
         std::string out;
         codec::encode_side_output(config_.node_id, config_.pipelines[s.pipeline].spec.name, s, out);
-        side.push_back(std::move(out));
+        add_side(s.order, std::move(out));
     }
     void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override {
         nlohmann::json j;
@@ -86,14 +82,26 @@ class BatchSink : public ProcessorSink {
         j["malformed"] = std::string(reason);
         j["offset"] = record.offset;
         j["ingest_ms"] = record.ingest_ms;
-        side.push_back(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        add_side(record.offset, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     std::vector<lmdb::OutboxRow> rows;
-    std::vector<std::string> side;
+    std::vector<lmdb::SideRecord> side;
 
   private:
+    // Side records are named by the log record that produced them and their rank among its
+    // side records: a replay after a crash regenerates the same names, which the store skips.
+    void add_side(uint64_t log_offset, std::string record) {
+        if (log_offset != side_offset_) {
+            side_offset_ = log_offset;
+            side_ordinal_ = 0;
+        }
+        side.push_back({log_offset, side_ordinal_++, std::move(record)});
+    }
+
     const config::Config& config_;
     std::vector<std::vector<std::string>> aggregate_names_;
+    uint64_t side_offset_ = UINT64_MAX;
+    uint32_t side_ordinal_ = 0;
 };
 
 class OutboxAdapter : public mqtt::OutboxSource {
@@ -204,6 +212,7 @@ struct ServiceParts::Impl {
     std::unique_ptr<lmdb::Store> store;
     std::unique_ptr<log::LogWriter> writer;
     std::unique_ptr<log::LogReader> reader;
+    std::string log_dir;
     std::unique_ptr<Processor> processor;
     std::unique_ptr<BatchSink> sink;
     mqtt::RedeliveryFilter filter;
@@ -226,6 +235,9 @@ struct ServiceParts::Impl {
     mutable std::mutex alarm_mutex;
     std::string append_error;  // the latest log append failure, for health
     std::string outbox_alarm;  // outbox_full | map_full | disk_full, while it lasts
+    std::string checkpoint_alarm;  // set by a failed checkpoint until one commits
+    ClockStatus clock;             // as last read by refresh_clock()
+    uint64_t pruned_below_seq = 0;  // outbox seq of the last committed checkpoint
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";
@@ -250,14 +262,7 @@ struct ServiceParts::Impl {
             if (row.enqueued_ms == 0) row.enqueued_ms = now_ms;
         auto appended = store->outbox_append(sink->rows);
         if (!appended && appended.error().code == lmdb::errc::map_full) {
-            // Trim what may go (side output is diagnostic), then try once more.
-            auto side = store->side_peek(0, 100'000);
-            if (side && !side->empty()) {
-                std::vector<uint64_t> seqs;
-                for (const auto& r : *side)
-                    seqs.push_back(r.seq);
-                (void)store->side_delete(seqs);
-            }
+            make_room();  // then once more
             appended = store->outbox_append(sink->rows);
         }
         if (appended) {
@@ -281,6 +286,88 @@ struct ServiceParts::Impl {
             default:
                 return fail("outbox: " + appended.error().message);
         }
+    }
+
+    // The log's last messages, wherever the checkpoint is (after a clean stop it is at the end):
+    // a broker that lost their PUBACKs redelivers them on our first connection. Reads the
+    // newest segment, and the one before only when the newest holds too few.
+    Result<void> seed_redelivery_filter() {
+        auto segments = log::list_segments(log_dir);
+        if (!segments) return std::unexpected(segments.error());
+        if (segments->empty()) return {};
+        auto tail_reader = log::LogReader::open(log_dir);
+        if (!tail_reader) return std::unexpected(tail_reader.error());
+        std::deque<std::pair<std::string, std::string>> tail;
+        const size_t want = mqtt::RedeliveryFilter::candidates_max;
+        size_t first = segments->size() - 1;
+        for (;;) {
+            tail.clear();
+            if (auto ok = (*tail_reader)->seek(std::max((*segments)[first].first_offset,
+                                                        writer->first_offset()));
+                !ok)
+                return std::unexpected(ok.error());
+            log::Record rec;
+            for (;;) {
+                auto next = (*tail_reader)->next(rec, writer->end_offset());
+                if (!next) return std::unexpected(next.error());
+                if (!*next) break;
+                if (rec.type != log::RecordType::message) continue;
+                tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
+                if (tail.size() > want) tail.pop_front();
+            }
+            if (tail.size() >= want || first == 0) break;
+            --first;
+        }
+        for (const auto& [topic, payload] : tail)
+            filter.seed(topic, payload);
+        return {};
+    }
+
+    // A pipeline removed from the config stops; its state goes (its outbox rows stay and are
+    // sent). Keeping the state would refuse every start, a crash loop.
+    Result<void> drop_removed_pipelines() {
+        std::vector<std::string> removed;
+        auto listed = store->for_each_state([&](std::string_view k, std::string_view) -> Result<void> {
+            const auto name = core::Engine::pipeline_of_state_key(k);
+            if (name && processor->engine().find_pipeline(*name) < 0 &&
+                std::find(removed.begin(), removed.end(), *name) == removed.end())
+                removed.push_back(*name);
+            return {};
+        });
+        if (!listed) return fail("reading state: " + listed.error().message);
+        for (const std::string& name : removed) {
+            auto dropped = store->drop_prefix(core::Engine::state_prefix(name));
+            if (!dropped) return fail("dropping the state of removed pipeline '" + name +
+                                      "': " + dropped.error().message);
+            spdlog::warn("pipeline '{}' is no longer in the config: its state ({} records) was "
+                         "dropped; its results already in the outbox are still sent",
+                         name, *dropped);
+        }
+        return {};
+    }
+
+    // The map is full and a checkpoint could not commit: what may go without losing anything
+    // goes. Ids of rows before the last committed checkpoint can never be regenerated; side
+    // output is diagnostic. The outbox itself drains upstream.
+    void make_room() {
+        // A killed reader pins the pages it saw: freeing rows would not make room.
+        (void)store->check_stale_readers();
+        if (auto pruned = store->prune_ids(pruned_below_seq); !pruned)
+            spdlog::warn("map full: pruning ids: {}", pruned.error().message);
+        auto side = store->side_peek(0, side_trim_rows_max);
+        if (side && !side->empty()) {
+            std::vector<uint64_t> seqs;
+            for (const auto& r : *side)
+                seqs.push_back(r.seq);
+            if (auto deleted = store->side_delete(seqs); deleted)
+                spdlog::warn("map full: dropped {} side output rows to make room", seqs.size());
+        }
+    }
+
+    void set_checkpoint_alarm(const std::string& alarm) {
+        std::lock_guard<std::mutex> lk(alarm_mutex);
+        if (alarm.empty() && !checkpoint_alarm.empty()) spdlog::info("checkpoints commit again");
+        checkpoint_alarm = alarm;
     }
 
     void set_outbox_alarm(const std::string& alarm) {
@@ -338,29 +425,44 @@ Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& c
     if (ls.tail_truncations)
         spdlog::warn("log: cut a torn tail of {} bytes (a crash or power loss during a write)",
                      ls.tail_bytes_cut);
+    if (ls.damaged_regions)
+        spdlog::error("log: {} damaged regions ({} bytes) in the newest segment, with valid "
+                      "records after them: those are kept and read, the damaged bytes skipped "
+                      "(a failing disk or a bad sector?)",
+                      ls.damaged_regions, ls.damaged_bytes);
 
     auto processor = Processor::create(c);
     if (!processor) return std::unexpected(processor.error());
     impl->processor = std::move(*processor);
     impl->sink = std::make_unique<BatchSink>(impl->config);
+    impl->log_dir = lo.dir;
     auto reader = log::LogReader::open(lo.dir);
     if (!reader) return std::unexpected(reader.error());
     impl->reader = std::move(*reader);
     return std::unique_ptr<ServiceParts>(new ServiceParts(std::move(impl)));
 }
 
-Result<uint64_t> ServiceParts::recover() {
+Result<uint64_t> ServiceParts::recover(const std::function<bool()>& wait_for_room) {
     Impl& m = *impl_;
     auto cp = m.store->load_checkpoint();
     if (!cp) return fail(cp.error().message);
     uint64_t offset = m.writer->first_offset();
     if (*cp) {
+        if (auto dropped = m.drop_removed_pipelines(); !dropped) return std::unexpected(dropped.error());
         auto loaded = m.store->for_each_state([&](std::string_view k, std::string_view v) {
             return m.processor->restore_entry(k, v);
         });
         if (!loaded) return fail("restoring state: " + loaded.error().message);
-        if (auto ok = m.processor->restore_finish(); !ok)
-            return fail("restoring state: " + ok.error().message);
+        if (auto ok = m.processor->restore_finish(); !ok) {
+            // Not a crash loop: a changed pipeline needs the operator (see DECISIONS.md).
+            Error e{"restoring state: " + ok.error().message +
+                        ". Put the previous definition back, or drop the pipeline's state with "
+                        "`tidemark inspect --config FILE --drop-pipeline NAME` (it then starts "
+                        "afresh from the checkpoint, and may send results for windows it had "
+                        "sent before, under the same ids)",
+                    exit_config_conflict};
+            return std::unexpected(std::move(e));
+        }
         offset = (*cp)->log_offset;
         m.checkpoint_wall_ms = (*cp)->checkpoint_ms;
         if (offset < m.writer->first_offset())
@@ -375,6 +477,17 @@ Result<uint64_t> ServiceParts::recover() {
     m.checkpoint_offset = offset;
     m.consumed_offset = offset;
     if (auto ok = m.reader->seek(offset); !ok) return std::unexpected(ok.error());
+    // A full outbox, map or disk is waited out, never fatal: the forwarder (started before
+    // recovery) frees the room, and exiting would only restart into the same wait.
+    const auto flush_or_wait = [&]() -> Result<void> {
+        for (;;) {
+            auto flushed = m.flush();
+            if (!flushed) return std::unexpected(flushed.error());
+            if (*flushed) return {};
+            if (!wait_for_room())
+                return fail("stopped while recovery waited for room (" + m.outbox_alarm + ")");
+        }
+    };
     uint64_t replayed = 0;
     log::Record rec;
     const uint64_t end = m.writer->end_offset();
@@ -382,18 +495,13 @@ Result<uint64_t> ServiceParts::recover() {
         auto next = m.reader->next(rec, end);
         if (!next) return std::unexpected(next.error());
         if (!*next) break;
-        if (rec.type == log::RecordType::message) m.filter.remember(rec.topic, rec.payload);
         m.processor->feed(rec, *m.sink);
         m.consumed_offset = rec.next_offset;
-        if (++replayed % 4096 == 0) {
-            auto flushed = m.flush();
-            if (!flushed) return std::unexpected(flushed.error());
-            if (!*flushed) return fail("the outbox is full during recovery: " + m.outbox_alarm);
-        }
+        if (++replayed % 4096 == 0)
+            if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
     }
-    auto flushed = m.flush();
-    if (!flushed) return std::unexpected(flushed.error());
-    if (!*flushed) return fail("the outbox is full during recovery: " + m.outbox_alarm);
+    if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+    if (auto ok = m.seed_redelivery_filter(); !ok) return std::unexpected(ok.error());
     return replayed;
 }
 
@@ -449,16 +557,26 @@ Result<void> ServiceParts::checkpoint() {
     meta.checkpoint_ms = wall_ms();
     meta.config_fingerprint = m.config.node_id;
     auto committed = (*txn)->commit(meta);
+    txn->reset();  // the write lock goes with it: the trim below writes
     if (!committed) {
-        if (committed.error().code == lmdb::errc::map_full) m.set_outbox_alarm("map_full");
+        // What the engine handed over is not in the store: the next checkpoint writes it again
+        // (else window state would be older than the next offset, and erased keys come back).
+        m.processor->checkpoint_failed();
+        m.set_checkpoint_alarm("checkpoint_failed: " + committed.error().message);
+        if (committed.error().code == lmdb::errc::map_full) m.make_room();
         return fail("checkpoint: " + committed.error().message);
     }
+    m.set_checkpoint_alarm("");
     m.checkpoint_offset = m.consumed_offset;
     m.checkpoint_wall_ms = meta.checkpoint_ms;
     ++m.checkpoints;
     // Emissions before this checkpoint can never be regenerated: their ids may go.
+    m.pruned_below_seq = seq_next;
     if (auto pruned = m.store->prune_ids(seq_next); !pruned)
         spdlog::warn("outbox: pruning ids: {}", pruned.error().message);
+    // A killed reader (`tidemark inspect`, `replay`) would pin the pages it saw until restart.
+    if (auto cleared = m.store->check_stale_readers(); cleared && *cleared > 0)
+        spdlog::info("lmdb: cleared {} stale readers", *cleared);
     auto retention = m.writer->apply_retention(m.checkpoint_offset, wall_ms());
     if (!retention) spdlog::warn("log retention: {}", retention.error().message);
     m.checkpoint_duration_ms = steady_ms() - t0;
@@ -493,6 +611,41 @@ void ServiceParts::append_succeeded() {
     if (!impl_->append_error.empty()) spdlog::info("log append works again");
     impl_->append_error.clear();
     impl_->append_alarm.store(false);
+}
+
+bool ServiceParts::disk_full() const {
+    std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
+    return impl_->outbox_alarm == "disk_full" ||
+           impl_->append_error.find(std::strerror(ENOSPC)) != std::string::npos;
+}
+
+uint64_t ServiceParts::trim_for_disk_full() {
+    Impl& m = *impl_;
+    auto removed = m.writer->apply_retention(m.checkpoint_offset, INT64_MAX);
+    if (!removed) {
+        spdlog::warn("disk full: trimming the log: {}", removed.error().message);
+        return 0;
+    }
+    if (removed->bytes_removed > 0)
+        spdlog::warn("disk full: removed {} log segments ({} bytes) before the last checkpoint",
+                     removed->segments_removed, removed->bytes_removed);
+    return removed->bytes_removed;
+}
+
+std::optional<std::string> ServiceParts::log_failure() const {
+    if (!impl_->writer->poisoned()) return std::nullopt;
+    return impl_->writer->poison_error();
+}
+
+bool ServiceParts::engine_clock_trusted() {
+    return impl_->processor->engine().clock_trusted();
+}
+
+bool ServiceParts::refresh_clock() {
+    const ClockStatus status = read_clock_status(impl_->config.source.clock_trust);
+    std::lock_guard<std::mutex> lk(impl_->alarm_mutex);
+    impl_->clock = status;
+    return status.trusted;
 }
 
 Result<void> ServiceParts::start_forwarder() {
@@ -541,6 +694,11 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     {
         std::lock_guard<std::mutex> lk(m.alarm_mutex);
         if (!m.outbox_alarm.empty()) alarms.push_back(m.outbox_alarm);
+        if (!m.checkpoint_alarm.empty()) alarms.push_back(m.checkpoint_alarm);
+        if (!m.clock.trusted) alarms.push_back("clock_unsynchronised");
+        h["clock"] = {{"synchronised", m.clock.kernel_synchronised},
+                      {"trusted", m.clock.trusted},
+                      {"sync_service", m.clock.sync_service}};
         if (!m.append_error.empty()) alarms.push_back("log_append_failed: " + m.append_error);
     }
     json pipelines = json::object();
@@ -586,6 +744,7 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         in["duplicates_flagged"] = is.duplicates;
         in["reconnects"] = is.reconnects;
         in["retries"] = is.handler_retries;
+        in["retained_skipped"] = is.retained_skipped;
         in["last_error"] = is.last_error;
     } else {
         in["connected"] = false;
@@ -606,7 +765,17 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         {"oldest_ingest_ms",
          ls.oldest_ingest_ms == log::ingest_ms_unknown ? json(nullptr) : json(ls.oldest_ingest_ms)},
         {"records_appended", ls.records_appended},
-        {"tail_truncations", ls.tail_truncations}};
+        {"tail_truncations", ls.tail_truncations},
+        {"poisoned", ls.poisoned}};
+    // Damage the engine's reader skipped (a bad sector mid-log): the records after it were
+    // read; the bytes in between are lost.
+    const log::ReaderStats rs = m.reader->stats();
+    h["log"]["damaged_regions"] = rs.damaged_regions;
+    h["log"]["damaged_bytes"] = rs.damaged_bytes;
+    if (rs.damaged_regions > 0) {
+        h["log"]["last_damage"] = rs.last_damage;
+        alarms.push_back("log_damaged");
+    }
     h["checkpoint"] = {{"count", m.checkpoints},
                        {"age_ms", m.checkpoint_wall_ms ? wall_ms() - m.checkpoint_wall_ms : -1},
                        {"duration_ms", m.checkpoint_duration_ms},

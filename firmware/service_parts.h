@@ -3,14 +3,17 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "adapters/config/config.h"
 #include "core/result.h"
+#include "firmware/clock.h"
 
 namespace tidemark::log {
 class LogWriter;
@@ -28,7 +31,10 @@ namespace tidemark::firmware {
 
 class Notifier;
 
-int64_t wall_ms();
+/// The exit status for a config that the stored state cannot follow (EX_CONFIG): the unit's
+/// RestartPreventExitStatus keeps systemd from restarting into the same refusal.
+inline constexpr int exit_config_conflict = 78;
+
 mqtt::BrokerOptions source_broker_options(const config::Config& config);
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
 
@@ -47,14 +53,22 @@ class ServiceParts {
     static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config);
     ~ServiceParts();
 
-    /// Loads the checkpoint and replays the log to its end. Returns records replayed.
-    Result<uint64_t> recover();
+    /// Loads the checkpoint and replays the log to its end. Returns records replayed. While the
+    /// outbox, map or disk is full it calls `wait_for_room` (which waits a little, keeps the
+    /// watchdog fed, and returns false to give up because the service is stopping) and tries
+    /// again: a restart never turns a condition that draining fixes into a crash loop.
+    /// State of pipelines no longer in the config is dropped; state of a changed pipeline is
+    /// refused with Error::code exit_config_conflict.
+    Result<uint64_t> recover(const std::function<bool()>& wait_for_room);
     uint64_t checkpoint_offset() const;
     /// Processes at most `records_max` records (up to the durable end, or the written end when
     /// draining on shutdown) and commits their emissions. Returns records processed.
     Result<size_t> step(size_t records_max, bool drain);
     /// False while emissions wait for room in the outbox.
     bool can_checkpoint() const;
+    /// On failure the engine's changes stay marked for the next checkpoint, an alarm stays
+    /// raised until one commits, and room is made (ids before the last good checkpoint, side
+    /// output) when the map was full.
     Result<void> checkpoint();
 
     log::LogWriter& log();
@@ -66,6 +80,19 @@ class ServiceParts {
     void append_failed(const std::string& message);
     /// Clears the append alarm after a failure; cheap when there was none.
     void append_succeeded();
+
+    /// The disk is full (a log append or an LMDB write said so): log segments before the last
+    /// checkpoint go now, whatever their age (they are needed only by replay and backfill).
+    /// Returns the bytes freed.
+    uint64_t trim_for_disk_full();
+    /// Whether a log append or the outbox reports a full disk.
+    bool disk_full() const;
+    /// Why the log can no longer be written (a failed fdatasync poisoned it), or none.
+    std::optional<std::string> log_failure() const;
+    /// Whether the engine, at the end of what it has read, takes the clock as trusted.
+    bool engine_clock_trusted();
+    /// Reads the host clock's state (for health) and returns whether to trust it now.
+    bool refresh_clock();
 
     Result<void> start_forwarder();
     Result<void> start_health();

@@ -634,7 +634,9 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
         return;
     }
     if (!c.expect_object(*j, p, R"({"uri": "tcp://127.0.0.1:1883"})")) return;
-    c.check_keys(*j, p, {"uri", "client_id", "username", "password_file", "tls", "max_payload"});
+    c.check_keys(*j, p,
+                 {"uri", "client_id", "username", "password_file", "tls", "max_payload",
+                  "retained", "clock"});
     if (c.read_string(*j, p, "uri", source.uri,
                       "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"")) {
         check_uri(c, p + "/uri", source.uri);
@@ -645,6 +647,11 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
     read_credentials(c, *j, p, source.username, source.password);
     source.tls = read_tls(c, *j, p, source.uri);
     c.read_size(*j, p, "max_payload", source.max_payload_bytes, 16, payload_bytes_limit);
+    c.read_choice(*j, p, "retained", source.accept_retained, {{"skip", false}, {"ingest", true}});
+    c.read_choice(*j, p, "clock", source.clock_trust,
+                  {{"auto", ClockTrust::automatic},
+                   {"synchronised", ClockTrust::synchronised},
+                   {"always", ClockTrust::always}});
 }
 
 void read_upstream(Checker& c, const Json& root, const std::string& node_id,

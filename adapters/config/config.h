@@ -69,6 +69,12 @@ struct CheckpointConfig {
     int64_t interval_ms = 5000;
 };
 
+/// When the gateway's clock is trusted for clamping and idle advance (DESIGN.md section 3).
+/// automatic: when the kernel says it is synchronised, or when no time-sync service runs (then
+/// nothing will ever synchronise it: the operator chose its clock). synchronised: only when the
+/// kernel says so. always: never held (a board with a real-time clock and no network).
+enum class ClockTrust { automatic, synchronised, always };
+
 struct SourceConfig {
     std::string uri;
     std::string client_id;  // default "tidemark-<node_id>"
@@ -76,6 +82,10 @@ struct SourceConfig {
     std::string password;   // the contents of password_file, trailing newlines removed
     std::optional<TlsConfig> tls;
     uint64_t max_payload_bytes = 64ULL << 10;
+    // Retained messages the broker resends on every subscribe: skipped (and counted) unless
+    // the operator asks for them (true), since each resubscribe would ingest them again.
+    bool accept_retained = false;
+    ClockTrust clock_trust = ClockTrust::automatic;
 };
 
 enum class WhenFull { drop_oldest, pause_ingest };

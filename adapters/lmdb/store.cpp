@@ -2,9 +2,11 @@
 
 #include <lmdb.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -67,12 +69,23 @@ constexpr std::string_view meta_outbox_compacted = "outbox_compacted";
 constexpr std::string_view meta_side_seq_next = "side_seq_next";
 constexpr std::string_view meta_side_bytes = "side_bytes";
 constexpr std::string_view meta_side_dropped = "side_dropped";
+constexpr std::string_view meta_side_duplicates = "side_duplicates_skipped";
+// The position (log offset, ordinal) of the last side record appended; missing in a store that
+// never had a positioned one (e.g. written before side dedupe): nothing is skipped then. A new
+// meta key, not a new row format: an older tidemark reads the store as before.
+constexpr std::string_view meta_side_high_water = "side_high_water";
 
 constexpr uint8_t checkpoint_encoding = 1;
 // Seqs start at 1 so that 0 can mean "none" in stats.
 constexpr uint64_t seq_first = 1;
 // A row's cost against outbox_bytes_max / side_bytes_max: its stored value plus its 8-byte key.
 constexpr uint64_t row_key_bytes = 8;
+// The map's part that only deletes may fill (Impl::check_reserve): 1/32 of it, at least 32 pages
+// (a one-row delete copies ~12: the paths in outbox, outbox_windows, meta, the free list; the
+// pages it frees come back two transactions later) and at most 1024 (4 MiB of 4 KiB pages).
+constexpr uint64_t map_reserve_divisor = 32;
+constexpr uint64_t map_reserve_pages_min = 32;
+constexpr uint64_t map_reserve_pages_max = 1024;
 
 MDB_val val(std::string_view s) {
     return MDB_val{s.size(), const_cast<char*>(s.data())};
@@ -158,6 +171,23 @@ std::string encode_checkpoint(const CheckpointMeta& m) {
     return out;
 }
 
+struct SidePosition {
+    uint64_t log_offset = 0;
+    uint32_t ordinal = 0;
+    auto operator<=>(const SidePosition&) const = default;
+};
+
+std::string encode_side_position(SidePosition p) {
+    std::string out;
+    bytes::put_u64(out, p.log_offset);
+    bytes::put_u32(out, p.ordinal);
+    return out;
+}
+
+bool decode_side_position(std::string_view in, SidePosition& p) {
+    return bytes::get_u64(in, p.log_offset) && bytes::get_u32(in, p.ordinal) && in.empty();
+}
+
 bool decode_checkpoint(std::string_view in, CheckpointMeta& m) {
     if (in.empty() || static_cast<uint8_t>(in[0]) != checkpoint_encoding) return false;
     in.remove_prefix(1);
@@ -165,12 +195,41 @@ bool decode_checkpoint(std::string_view in, CheckpointMeta& m) {
            bytes::get_i64(in, m.checkpoint_ms) && get_str(in, m.config_fingerprint) && in.empty();
 }
 
+// LMDB copies every page a write touches and frees the old ones only for later transactions, so
+// a full map may lack the pages to delete many rows in one go, and yet have them for fewer.
+// On map_full the rows are deleted in halves, each its own transaction, down to one row:
+// deleting a row twice is fine, so a failure part way leaves nothing inconsistent. Worst case
+// 2 * seqs.size() - 1 transactions, only when the map is full. deleted counts the rows of the
+// transactions that committed.
+template <typename DeleteTxn>
+StoreResult<void> delete_halving_on_map_full(std::span<const uint64_t> seqs,
+                                             const DeleteTxn& delete_txn, size_t& deleted) {
+    auto r = delete_txn(seqs);
+    if (r) deleted += seqs.size();
+    if (r || r.error().code != errc::map_full || seqs.size() <= 1) return r;
+    const size_t half = seqs.size() / 2;
+    if (auto first = delete_halving_on_map_full(seqs.first(half), delete_txn, deleted); !first)
+        return first;
+    return delete_halving_on_map_full(seqs.subspan(half), delete_txn, deleted);
+}
+
+// The error of a delete that was split (see above) and failed after some parts committed.
+StoreError partly_done(StoreError e, size_t done, size_t total) {
+    if (done > 0)
+        e.message += " (" + std::to_string(done) + " of the " + std::to_string(total) +
+                     " were done in smaller transactions first; doing them all again is fine)";
+    return e;
+}
 }  // namespace
 
 struct Store::Impl {
     std::string dir;
     MDB_env* env = nullptr;
     MDB_dbi meta = 0, state = 0, outbox = 0, ids = 0, id_seqs = 0, windows = 0, side = 0;
+    // The map in pages, and the part of it that writes which add data leave free (see
+    // write_within_reserve). Set by open().
+    uint64_t map_pages = 0;
+    uint64_t reserve_pages = 0;
 
     ~Impl() {
         if (env != nullptr) mdb_env_close(env);
@@ -243,6 +302,46 @@ struct Store::Impl {
         }
         if (auto c = commit(*txn, what); !c) return std::unexpected(c.error());
         return r;
+    }
+
+    // Pages held by the named databases in txn's view, its own writes included. The main
+    // database (one page per few hundred databases) and the free list's pages are not counted:
+    // the reserve's margin covers them.
+    StoreResult<uint64_t> tree_pages(MDB_txn* txn, std::string_view what) {
+        uint64_t pages = 0;
+        for (MDB_dbi dbi : {meta, state, outbox, ids, id_seqs, windows, side}) {
+            MDB_stat st;
+            if (int rc = mdb_stat(txn, dbi, &st); rc != 0) return std::unexpected(error(rc, what));
+            pages += st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
+        }
+        return pages;
+    }
+
+    // A write that grew the databases into the reserve is refused like a full map. LMDB copies
+    // every page a write touches, a delete too: in a map with no free page even a one-row delete
+    // fails, and the store could never be emptied. So writes that add data stop reserve_pages
+    // short of the map, and the deletes (which never grow it) get that space.
+    StoreResult<void> check_reserve(MDB_txn* txn, uint64_t pages_before, std::string_view what) {
+        auto pages = tree_pages(txn, what);
+        if (!pages) return std::unexpected(pages.error());
+        if (*pages <= pages_before || *pages + reserve_pages <= map_pages) return {};
+        StoreError e = error(MDB_MAP_FULL, what);
+        e.message += " (" + std::to_string(reserve_pages) + " of its " + std::to_string(map_pages) +
+                     " pages stay free for deletes)";
+        return std::unexpected(std::move(e));
+    }
+
+    // write() for the writes that add data (appends, checkpoints): checked against the reserve.
+    template <typename T, typename Body>
+    StoreResult<T> write_within_reserve(std::string_view what, Body&& body) {
+        return write<T>(what, [&](MDB_txn* txn) -> StoreResult<T> {
+            auto before = tree_pages(txn, what);
+            if (!before) return std::unexpected(before.error());
+            StoreResult<T> r = body(txn);
+            if (!r) return r;
+            if (auto c = check_reserve(txn, *before, what); !c) return std::unexpected(c.error());
+            return r;
+        });
     }
 
     template <typename T, typename Body>
@@ -478,8 +577,10 @@ StoreResult<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
         fs::create_directories(options.dir, ec);
         if (ec)
             return std::unexpected(StoreError{
-                errc::io, "LMDB store " + options.dir + ": cannot create the directory: " +
-                              ec.message() + ". Check data_dir and its permissions"});
+                ec == std::errc::no_space_on_device || ec.value() == EDQUOT ? errc::disk_full
+                                                                            : errc::io,
+                "LMDB store " + options.dir + ": cannot create the directory: " + ec.message() +
+                    ". Check data_dir, its permissions and free space"});
     }
     if (fresh && options.read_only)
         return std::unexpected(StoreError{
@@ -539,6 +640,15 @@ StoreResult<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
         });
         if (!r) return std::unexpected(r.error());
     }
+    MDB_envinfo info;
+    MDB_stat env_stat;
+    if (int rc = mdb_env_info(impl.env, &info); rc != 0)
+        return std::unexpected(impl.error(rc, "reading the map size"));
+    if (int rc = mdb_env_stat(impl.env, &env_stat); rc != 0)
+        return std::unexpected(impl.error(rc, "reading the page size"));
+    impl.map_pages = info.me_mapsize / env_stat.ms_psize;
+    impl.reserve_pages = std::clamp<uint64_t>(impl.map_pages / map_reserve_divisor,
+                                              map_reserve_pages_min, map_reserve_pages_max);
     auto stats = store->outbox_stats();
     if (!stats) return std::unexpected(stats.error());
     store->claimed_seq_next_ = stats->seq_next;
@@ -546,9 +656,13 @@ StoreResult<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
 }
 
 StoreResult<size_t> Store::check_stale_readers() {
+    // mdb_reader_check skips the slots of this process (its pid): the forwarder's read txns and
+    // the engine's writes go on undisturbed. It locks the reader table only when it found a dead
+    // process, to clear its slots.
     int dead = 0;
     if (int rc = mdb_reader_check(impl_->env, &dead); rc != 0)
         return std::unexpected(impl_->error(rc, "clearing stale readers"));
+    stale_readers_cleared_ += static_cast<size_t>(dead);
     return static_cast<size_t>(dead);
 }
 
@@ -571,8 +685,15 @@ StoreResult<std::unique_ptr<CheckpointTxn>> Store::begin_checkpoint() {
     TM_WRITABLE();
     auto txn = impl_->begin(true, "beginning a checkpoint");
     if (!txn) return std::unexpected(txn.error());
+    auto pages = impl_->tree_pages(*txn, "beginning a checkpoint");
+    if (!pages) {
+        mdb_txn_abort(*txn);
+        return std::unexpected(pages.error());
+    }
     checkpoint_owner_ = std::this_thread::get_id();
-    return std::unique_ptr<CheckpointTxn>(new CheckpointTxn(*this, *txn));
+    auto checkpoint = std::unique_ptr<CheckpointTxn>(new CheckpointTxn(*this, *txn));
+    checkpoint->tree_pages_before_ = *pages;
+    return checkpoint;
 }
 
 CheckpointTxn::CheckpointTxn(Store& store, void* txn) : store_(store), txn_(txn) {}
@@ -631,6 +752,11 @@ StoreResult<void> CheckpointTxn::commit(const CheckpointMeta& meta) {
                           "writing the checkpoint meta");
         !p) {
         error_ = p.error();
+        abort();
+        return std::unexpected(*error_);
+    }
+    if (auto c = impl.check_reserve(txn, tree_pages_before_, "committing the checkpoint"); !c) {
+        error_ = c.error();
         abort();
         return std::unexpected(*error_);
     }
@@ -760,10 +886,15 @@ StoreResult<void> store_outbox_counters(Store::Impl& impl, MDB_txn* txn, const O
 
 StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) {
     TM_WRITABLE();
-    const uint64_t claimed = claimed_seq_next_.load();
+    // Which rows may be compacted is decided against the claim under claim_mutex_, held until
+    // the commit: a peek before it has claimed its rows, a peek after it sees the compaction.
+    // Taken inside the write txn, so a peek waits for this append only, not for other writers.
+    std::unique_lock claim_lock(claim_mutex_, std::defer_lock);
     uint64_t full_bytes = 0;
-    auto r = impl_->write<AppendResult>(
+    auto r = impl_->write_within_reserve<AppendResult>(
         "appending to the outbox", [&](MDB_txn* txn) -> StoreResult<AppendResult> {
+            if (options_.compact_superseded) claim_lock.lock();
+            const uint64_t claimed = claimed_seq_next_.load();
             Impl& impl = *impl_;
             const std::string_view what = "appending to the outbox";
             auto counters = load_outbox_counters(impl, txn);
@@ -873,6 +1004,7 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
             if (auto s = store_outbox_counters(impl, txn, c); !s) return std::unexpected(s.error());
             return res;
         });
+    if (claim_lock.owns_lock()) claim_lock.unlock();
     if (!r && r.error().code == errc::full) {
         r.error().message =
             "LMDB store " + dir() + ": the outbox is full (" + std::to_string(full_bytes) +
@@ -886,7 +1018,10 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
 }
 
 StoreResult<std::vector<OutboxRow>> Store::outbox_peek(uint64_t from_seq, size_t limit) {
-    return impl_->read<std::vector<OutboxRow>>(
+    // The snapshot and the claim under one lock with outbox_append's compaction (see there): no
+    // append can have decided to compact a returned row, nor decide it later.
+    std::lock_guard claim_lock(claim_mutex_);
+    auto rows = impl_->read<std::vector<OutboxRow>>(
         "reading the outbox", [&](MDB_txn* txn) -> StoreResult<std::vector<OutboxRow>> {
             std::vector<OutboxRow> out;
             MDB_cursor* cur;
@@ -910,45 +1045,55 @@ StoreResult<std::vector<OutboxRow>> Store::outbox_peek(uint64_t from_seq, size_t
                 return std::unexpected(impl_->error(rc, "reading the outbox"));
             return out;
         });
+    if (rows && !rows->empty()) set_claimed(rows->back().seq + 1);
+    return rows;
 }
 
 StoreResult<void> Store::outbox_delete(std::span<const uint64_t> seqs) {
     TM_WRITABLE();
-    auto r = impl_->write<void>("deleting outbox rows", [&](MDB_txn* txn) -> StoreResult<void> {
-        auto c = load_outbox_counters(*impl_, txn);
-        if (!c) return std::unexpected(c.error());
-        for (uint64_t seq : seqs) {
-            auto removed = impl_->remove_outbox_row(txn, seq, "deleting outbox rows");
-            if (!removed) return std::unexpected(removed.error());
-            TM_ASSERT(c->bytes >= *removed);
-            c->bytes -= *removed;
-        }
-        return store_outbox_counters(*impl_, txn, *c);
-    });
-    if (r) crash_point(CrashPoint::after_outbox_delete);
+    auto delete_txn = [&](std::span<const uint64_t> part) {
+        return impl_->write<void>("deleting outbox rows", [&](MDB_txn* txn) -> StoreResult<void> {
+            auto c = load_outbox_counters(*impl_, txn);
+            if (!c) return std::unexpected(c.error());
+            for (uint64_t seq : part) {
+                auto removed = impl_->remove_outbox_row(txn, seq, "deleting outbox rows");
+                if (!removed) return std::unexpected(removed.error());
+                TM_ASSERT(c->bytes >= *removed);
+                c->bytes -= *removed;
+            }
+            return store_outbox_counters(*impl_, txn, *c);
+        });
+    };
+    size_t deleted = 0;
+    auto r = delete_halving_on_map_full(seqs, delete_txn, deleted);
+    if (!r) return std::unexpected(partly_done(std::move(r.error()), deleted, seqs.size()));
+    crash_point(CrashPoint::after_outbox_delete);
     return r;
 }
 
-StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
-    TM_WRITABLE();
-    return impl_->write<size_t>("pruning outbox ids", [&](MDB_txn* txn) -> StoreResult<size_t> {
+namespace {
+// One transaction of prune_ids: at most limit ids; attempted says how many it got to.
+StoreResult<size_t> prune_ids_txn(Store::Impl& impl, uint64_t below_seq, size_t limit,
+                                  size_t& attempted) {
+    return impl.write<size_t>("pruning outbox ids", [&](MDB_txn* txn) -> StoreResult<size_t> {
         const std::string_view what = "pruning outbox ids";
         MDB_cursor* cur;
-        if (int rc = mdb_cursor_open(txn, impl_->id_seqs, &cur); rc != 0)
-            return std::unexpected(impl_->error(rc, what));
+        if (int rc = mdb_cursor_open(txn, impl.id_seqs, &cur); rc != 0)
+            return std::unexpected(impl.error(rc, what));
         size_t n = 0;
         MDB_val k, v;
         int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        while (rc == 0 && from_be64(view(k)) < below_seq) {
+        while (rc == 0 && n < limit && from_be64(view(k)) < below_seq) {
+            attempted = n + 1;
             const std::string id_key(view(v));
             const std::string seq_key(view(k));
-            auto owner = impl_->get(txn, impl_->ids, id_key, what);
+            auto owner = impl.get(txn, impl.ids, id_key, what);
             if (!owner) {
                 mdb_cursor_close(cur);
                 return std::unexpected(owner.error());
             }
             if (*owner && **owner == seq_key) {
-                if (auto d = impl_->del(txn, impl_->ids, id_key, what); !d) {
+                if (auto d = impl.del(txn, impl.ids, id_key, what); !d) {
                     mdb_cursor_close(cur);
                     return std::unexpected(d.error());
                 }
@@ -958,9 +1103,35 @@ StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
             rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
         }
         mdb_cursor_close(cur);
-        if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl_->error(rc, what));
+        if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl.error(rc, what));
         return n;
     });
+}
+}  // namespace
+
+StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
+    TM_WRITABLE();
+    // In a full map, fewer ids per transaction (as delete_halving_on_map_full): the limit starts
+    // at what the failed transaction tried and halves down to one id.
+    size_t pruned = 0;
+    size_t limit = std::numeric_limits<size_t>::max();
+    for (;;) {
+        size_t attempted = 0;
+        auto r = prune_ids_txn(*impl_, below_seq, limit, attempted);
+        if (r) {
+            pruned += *r;
+            if (*r < limit) return pruned;
+            continue;
+        }
+        if (r.error().code != errc::map_full || attempted <= 1) {
+            StoreError e = std::move(r.error());
+            if (pruned > 0)
+                e.message += " (" + std::to_string(pruned) +
+                             " ids were pruned in smaller transactions first; prune again)";
+            return std::unexpected(std::move(e));
+        }
+        limit = attempted / 2;
+    }
 }
 
 void Store::set_claimed(uint64_t seq_next) {
@@ -1006,42 +1177,113 @@ StoreResult<OutboxStats> Store::outbox_stats() {
 
 // --- side output -----------------------------------------------------------------------------
 
+namespace {
+
+// Both side_append overloads: record(i) is the i-th record, position(i) its log position or
+// nullopt (the deprecated overload: no dedupe, the high-water stays).
+template <typename RecordAt, typename PositionAt>
+StoreResult<SideAppendResult> append_side(Store::Impl& impl, uint64_t side_bytes_max, size_t count,
+                                          const RecordAt& record, const PositionAt& position) {
+    return impl.write_within_reserve<SideAppendResult>(
+        "appending side output", [&](MDB_txn* txn) -> StoreResult<SideAppendResult> {
+            const std::string_view what = "appending side output";
+            auto seq_next = impl.get_u64(txn, meta_side_seq_next, what);
+            auto bytes = impl.get_u64(txn, meta_side_bytes, what);
+            auto dropped = impl.get_u64(txn, meta_side_dropped, what);
+            auto duplicates = impl.get_u64(txn, meta_side_duplicates, what);
+            auto high_water_value = impl.get(txn, impl.meta, meta_side_high_water, what);
+            if (!seq_next) return std::unexpected(seq_next.error());
+            if (!bytes) return std::unexpected(bytes.error());
+            if (!dropped) return std::unexpected(dropped.error());
+            if (!duplicates) return std::unexpected(duplicates.error());
+            if (!high_water_value) return std::unexpected(high_water_value.error());
+            std::optional<SidePosition> high_water;
+            if (*high_water_value) {
+                SidePosition p;
+                if (!decode_side_position(**high_water_value, p))
+                    return std::unexpected(StoreError{
+                        errc::corrupt, "LMDB store " + impl.dir +
+                                           ": meta entry 'side_high_water' is garbled. Move the "
+                                           "directory aside"});
+                high_water = p;
+            }
+            const std::optional<SidePosition> high_water_before = high_water;
+            uint64_t seq = std::max(*seq_next, seq_first), b = *bytes;
+            SideAppendResult res;
+            for (size_t i = 0; i < count; ++i) {
+                const std::optional<SidePosition> at = position(i);
+                if (at && high_water && *at <= *high_water) {
+                    ++res.duplicates_skipped;
+                    continue;
+                }
+                if (at) high_water = at;
+                const std::string& rec = record(i);
+                if (auto p = impl.put(txn, impl.side, be64(seq++), rec, MDB_APPEND, what); !p)
+                    return std::unexpected(p.error());
+                b += rec.size() + row_key_bytes;
+                ++res.appended;
+            }
+            const uint64_t batch_seq_first = seq - res.appended;
+            if (b > side_bytes_max) {
+                MDB_cursor* cur;
+                if (int rc = mdb_cursor_open(txn, impl.side, &cur); rc != 0)
+                    return std::unexpected(impl.error(rc, what));
+                MDB_val k, v;
+                int rc = 0;
+                while (b > side_bytes_max && (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
+                    const uint64_t cost = v.mv_size + row_key_bytes;
+                    const uint64_t dropped_seq = from_be64(view(k));
+                    if ((rc = mdb_cursor_del(cur, 0)) != 0) break;
+                    b -= cost;
+                    ++res.dropped;
+                    if (dropped_seq >= batch_seq_first) --res.appended;
+                }
+                mdb_cursor_close(cur);
+                if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl.error(rc, what));
+            }
+            if (auto p = impl.put_u64(txn, meta_side_seq_next, seq, what); !p)
+                return std::unexpected(p.error());
+            if (auto p = impl.put_u64(txn, meta_side_bytes, b, what); !p)
+                return std::unexpected(p.error());
+            if (auto p = impl.put_u64(txn, meta_side_dropped, *dropped + res.dropped, what); !p)
+                return std::unexpected(p.error());
+            if (res.duplicates_skipped > 0) {
+                if (auto p = impl.put_u64(txn, meta_side_duplicates,
+                                          *duplicates + res.duplicates_skipped, what);
+                    !p)
+                    return std::unexpected(p.error());
+            }
+            if (high_water != high_water_before) {
+                if (auto p = impl.put(txn, impl.meta, meta_side_high_water,
+                                      encode_side_position(*high_water), 0, what);
+                    !p)
+                    return std::unexpected(p.error());
+            }
+            return res;
+        });
+}
+
+}  // namespace
+
+StoreResult<SideAppendResult> Store::side_append(std::span<const SideRecord> records) {
+    TM_WRITABLE();
+    return append_side(
+        *impl_, options_.side_bytes_max, records.size(),
+        [&](size_t i) -> const std::string& { return records[i].record; },
+        [&](size_t i) {
+            return std::optional<SidePosition>{
+                SidePosition{records[i].log_offset, records[i].ordinal}};
+        });
+}
+
 StoreResult<void> Store::side_append(std::span<const std::string> records) {
     TM_WRITABLE();
-    return impl_->write<void>("appending side output", [&](MDB_txn* txn) -> StoreResult<void> {
-        Impl& impl = *impl_;
-        const std::string_view what = "appending side output";
-        auto seq_next = impl.get_u64(txn, meta_side_seq_next, what);
-        auto bytes = impl.get_u64(txn, meta_side_bytes, what);
-        auto dropped = impl.get_u64(txn, meta_side_dropped, what);
-        if (!seq_next) return std::unexpected(seq_next.error());
-        if (!bytes) return std::unexpected(bytes.error());
-        if (!dropped) return std::unexpected(dropped.error());
-        uint64_t seq = std::max(*seq_next, seq_first), b = *bytes, d = *dropped;
-        for (const std::string& rec : records) {
-            if (auto p = impl.put(txn, impl.side, be64(seq++), rec, MDB_APPEND, what); !p) return p;
-            b += rec.size() + row_key_bytes;
-        }
-        if (b > options_.side_bytes_max) {
-            MDB_cursor* cur;
-            if (int rc = mdb_cursor_open(txn, impl.side, &cur); rc != 0)
-                return std::unexpected(impl.error(rc, what));
-            MDB_val k, v;
-            int rc = 0;
-            while (b > options_.side_bytes_max &&
-                   (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
-                const uint64_t cost = v.mv_size + row_key_bytes;
-                if ((rc = mdb_cursor_del(cur, 0)) != 0) break;
-                b -= cost;
-                ++d;
-            }
-            mdb_cursor_close(cur);
-            if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl.error(rc, what));
-        }
-        if (auto p = impl.put_u64(txn, meta_side_seq_next, seq, what); !p) return p;
-        if (auto p = impl.put_u64(txn, meta_side_bytes, b, what); !p) return p;
-        return impl.put_u64(txn, meta_side_dropped, d, what);
-    });
+    auto r = append_side(
+        *impl_, options_.side_bytes_max, records.size(),
+        [&](size_t i) -> const std::string& { return records[i]; },
+        [](size_t) { return std::optional<SidePosition>{}; });
+    if (!r) return std::unexpected(r.error());
+    return {};
 }
 
 StoreResult<std::vector<SideRow>> Store::side_peek(uint64_t from_seq, size_t limit) {
@@ -1065,23 +1307,29 @@ StoreResult<std::vector<SideRow>> Store::side_peek(uint64_t from_seq, size_t lim
 
 StoreResult<void> Store::side_delete(std::span<const uint64_t> seqs) {
     TM_WRITABLE();
-    return impl_->write<void>("deleting side output", [&](MDB_txn* txn) -> StoreResult<void> {
-        const std::string_view what = "deleting side output";
-        auto bytes = impl_->get_u64(txn, meta_side_bytes, what);
-        if (!bytes) return std::unexpected(bytes.error());
-        uint64_t b = *bytes;
-        for (uint64_t seq : seqs) {
-            auto v = impl_->get(txn, impl_->side, be64(seq), what);
-            if (!v) return std::unexpected(v.error());
-            if (!*v) continue;
-            const uint64_t cost = (**v).size() + row_key_bytes;
-            if (auto d = impl_->del(txn, impl_->side, be64(seq), what); !d)
-                return std::unexpected(d.error());
-            TM_ASSERT(b >= cost);
-            b -= cost;
-        }
-        return impl_->put_u64(txn, meta_side_bytes, b, what);
-    });
+    auto delete_txn = [&](std::span<const uint64_t> part) {
+        return impl_->write<void>("deleting side output", [&](MDB_txn* txn) -> StoreResult<void> {
+            const std::string_view what = "deleting side output";
+            auto bytes = impl_->get_u64(txn, meta_side_bytes, what);
+            if (!bytes) return std::unexpected(bytes.error());
+            uint64_t b = *bytes;
+            for (uint64_t seq : part) {
+                auto v = impl_->get(txn, impl_->side, be64(seq), what);
+                if (!v) return std::unexpected(v.error());
+                if (!*v) continue;
+                const uint64_t cost = (**v).size() + row_key_bytes;
+                if (auto d = impl_->del(txn, impl_->side, be64(seq), what); !d)
+                    return std::unexpected(d.error());
+                TM_ASSERT(b >= cost);
+                b -= cost;
+            }
+            return impl_->put_u64(txn, meta_side_bytes, b, what);
+        });
+    };
+    size_t deleted = 0;
+    auto r = delete_halving_on_map_full(seqs, delete_txn, deleted);
+    if (!r) return std::unexpected(partly_done(std::move(r.error()), deleted, seqs.size()));
+    return r;
 }
 
 StoreResult<SideStats> Store::side_stats() {
@@ -1090,10 +1338,13 @@ StoreResult<SideStats> Store::side_stats() {
             SideStats s;
             auto b = impl_->get_u64(txn, meta_side_bytes, "reading side stats");
             auto d = impl_->get_u64(txn, meta_side_dropped, "reading side stats");
+            auto dup = impl_->get_u64(txn, meta_side_duplicates, "reading side stats");
             if (!b) return std::unexpected(b.error());
             if (!d) return std::unexpected(d.error());
+            if (!dup) return std::unexpected(dup.error());
             s.bytes = *b;
             s.dropped = *d;
+            s.duplicates_skipped = *dup;
             MDB_stat st;
             if (int rc = mdb_stat(txn, impl_->side, &st); rc != 0)
                 return std::unexpected(impl_->error(rc, "reading side stats"));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,23 +27,33 @@ class CheckpointTxn;
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
 /// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` (id -> seq, the unique index),
 /// `outbox_id_seqs` (seq -> id, so prune_ids costs what it prunes), `outbox_windows`
-/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> record). Every write is
-/// one transaction committed with a full fsync: power loss costs at most the writes not yet
-/// returned, never integrity. A failed write leaves nothing behind (the txn is aborted).
+/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> record; meta keeps the
+/// high-water log position of the side records, for their dedupe). Every write is one
+/// transaction committed with a full fsync: power loss costs at most the writes not yet
+/// returned, never integrity. A failed write leaves nothing behind (the txn is aborted), except
+/// that the deletes (outbox_delete, prune_ids, side_delete) split themselves into several
+/// transactions when the map is full: a failure may then leave part of them done.
 /// open() checks an existing store read-only before anything is written to it: a damaged store or
 /// one of an unknown format version is refused and left byte for byte as it was.
 ///
 /// Concurrency: all methods may be called from any thread. LMDB serialises write transactions;
-/// reads (peek, for_each_state, stats) never block or are blocked by writes. The thread holding
+/// reads (for_each_state, stats, side_peek) never block or are blocked by writes. outbox_peek is
+/// the exception: it shares a lock with outbox_append's compaction, so it may wait for one
+/// outbox_append to commit (one fsync), never for other writers. The thread holding
 /// an open CheckpointTxn must not call another writing method before committing or dropping it
 /// (it would wait for itself; asserted). Open one Store per directory per process: LMDB's locks
 /// are per process and closing a second handle to the same files drops them. Other processes
 /// (tidemark replay/inspect) open it read_only at the same time.
 ///
 /// Limits: keys are at most max_key_bytes() (511); values up to the map. The outbox is bounded by
-/// outbox_bytes_max, the side output by side_bytes_max, the whole store by map_size_bytes
-/// (errc::map_full, after which the store stays usable: delete rows, then retry). outbox_ids grows
-/// with every row appended until prune_ids() is called. Reader slots: readers_max.
+/// outbox_bytes_max, the side output by side_bytes_max, the whole store by map_size_bytes:
+/// writes that add data (appends, checkpoints) fail with errc::map_full once the databases would
+/// reach into a reserve of the map (1/32 of it, 32 to 1024 pages) that only deletes may use, so
+/// a full store can always be trimmed: delete rows (outbox, side, ids), then retry. A stale
+/// reader (below) can still pin enough freed pages to make even that fail: clear it first.
+/// outbox_ids grows with every row appended until prune_ids() is called.
+/// Reader slots: readers_max; a slot of a killed reader process stays taken, and pins the pages
+/// of its snapshot, until open() or check_stale_readers() clears it.
 class Store {
   public:
     /// Opens or creates the store in options.dir. Read-only: the store must exist.
@@ -51,10 +62,13 @@ class Store {
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
 
-    /// Reader slots of dead processes cleared by open() (mdb_reader_check).
-    size_t stale_readers_cleared() const { return stale_readers_cleared_; }
-    /// Clears reader slots of dead processes now (e.g. a killed `tidemark replay`); returns how
-    /// many.
+    /// Reader slots of dead processes cleared by open() and check_stale_readers() since.
+    size_t stale_readers_cleared() const { return stale_readers_cleared_.load(); }
+    /// Clears the reader slots of dead processes (a killed `tidemark inspect`), whose snapshots
+    /// keep LMDB from reusing the pages freed after them, so the map grows; returns how many.
+    /// Cheap (a scan of readers_max slots and one fcntl per other process with a slot): call it
+    /// every checkpoint. Safe from any thread while others read or write: slots of this process
+    /// are never touched.
     StoreResult<size_t> check_stale_readers();
 
     const std::string& dir() const { return options_.dir; }
@@ -79,30 +93,45 @@ class Store {
     // --- outbox ---------------------------------------------------------------------------
 
     /// Appends a batch in one transaction: assigns seqs in order, skips rows whose id was seen,
-    /// compacts superseded unsent rows (compact_superseded), enforces outbox_bytes_max.
+    /// compacts superseded rows no outbox_peek has returned (compact_superseded), enforces
+    /// outbox_bytes_max.
     /// errc::full (pause_ingest) and errc::map_full write nothing: retry the same batch later.
     /// An empty outbox takes any batch, even one larger than outbox_bytes_max (pause_ingest):
     /// the bound is then exceeded by at most one batch, and a large batch cannot wait forever.
     StoreResult<AppendResult> outbox_append(std::span<const OutboxRow> rows);
-    /// Up to limit rows with seq >= from_seq, in seq order.
+    /// Up to limit rows with seq >= from_seq, in seq order. Claims them: every row with a seq up
+    /// to the last one returned may now be on the wire, and compaction never deletes or rewrites
+    /// it (the claim and outbox_append's compaction decision exclude each other). So a caller
+    /// that only looks (tests, benchmarks) also stops compaction of what it saw.
     StoreResult<std::vector<OutboxRow>> outbox_peek(uint64_t from_seq, size_t limit);
     /// Deletes rows (on PUBACK); missing seqs are fine. Their ids stay in the index (prune_ids).
+    /// In a full map the rows go in smaller transactions (halves, down to one row); an error
+    /// (map_full, disk_full) may leave part of them deleted: delete them all again.
     StoreResult<void> outbox_delete(std::span<const uint64_t> seqs);
     /// Forgets the ids of rows with seq < below_seq. Call with the outbox_seq_next of the last
-    /// committed checkpoint: replay from it can never regenerate those emissions.
+    /// committed checkpoint: replay from it can never regenerate those emissions. In a full map
+    /// it prunes in smaller transactions, like outbox_delete.
     StoreResult<size_t> prune_ids(uint64_t below_seq);
-    /// The forwarder has taken (published, maybe not acknowledged) every row with seq < seq_next:
-    /// compaction leaves them alone. Starts at the seq_next found at open: rows from before a
-    /// restart may have reached the broker.
+    /// Claims every row with seq < seq_next (see outbox_peek); claims only move forward. Not
+    /// needed for safety since outbox_peek claims what it returns. Starts at the seq_next found
+    /// at open: rows from before a restart may have reached the broker.
     void set_claimed(uint64_t seq_next);
     uint64_t claimed_seq_next() const { return claimed_seq_next_.load(); }
     StoreResult<OutboxStats> outbox_stats();
 
     // --- side output ----------------------------------------------------------------------
 
-    /// Appends records in one transaction; beyond side_bytes_max the oldest are dropped (counted).
+    /// Appends records in one transaction; beyond side_bytes_max the oldest are dropped
+    /// (counted). A record whose (log_offset, ordinal) is at or below the highest one appended
+    /// before (kept in the same transaction) is skipped and counted: the engine replaying the log
+    /// after a crash regenerates the same records. So records must come in ascending position,
+    /// over calls too. A store written before this had no high-water: nothing is skipped then.
+    StoreResult<SideAppendResult> side_append(std::span<const SideRecord> records);
+    /// Deprecated: appends without a position, so nothing is deduplicated (nor moves the
+    /// high-water). Kept until every caller passes SideRecords.
     StoreResult<void> side_append(std::span<const std::string> records);
     StoreResult<std::vector<SideRow>> side_peek(uint64_t from_seq, size_t limit);
+    /// Deletes rows; missing seqs are fine. In a full map, smaller transactions as outbox_delete.
     StoreResult<void> side_delete(std::span<const uint64_t> seqs);
     StoreResult<SideStats> side_stats();
 
@@ -120,7 +149,10 @@ class Store {
 
     StoreOptions options_;
     std::unique_ptr<Impl> impl_;
-    size_t stale_readers_cleared_ = 0;
+    std::atomic<size_t> stale_readers_cleared_{0};
+    // Held by outbox_peek from its snapshot to its claim, and by outbox_append from reading the
+    // claim to its commit: a row a peek returned can never be compacted.
+    std::mutex claim_mutex_;
     std::atomic<uint64_t> claimed_seq_next_{0};
     std::atomic<std::thread::id> checkpoint_owner_{};
 };
@@ -156,6 +188,7 @@ class CheckpointTxn final : public core::StateWriter {
     Store& store_;
     void* txn_;  // MDB_txn*, kept opaque so this header stays free of lmdb.h
     std::optional<StoreError> error_;
+    uint64_t tree_pages_before_ = 0;  // for the map reserve: a checkpoint may not grow into it
     uint64_t puts_ = 0;
     uint64_t erases_ = 0;
 };

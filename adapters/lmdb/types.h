@@ -103,15 +103,34 @@ struct OutboxStats {
     uint64_t compacted = 0;
 };
 
+/// One side output record (a too-late event, an undecodable record) and the log record it came
+/// from. After a crash the engine replays the log and produces the same side records at the
+/// same positions again: side_append skips those (DESIGN.md section 5, like the outbox's ids).
+struct SideRecord {
+    uint64_t log_offset = 0;  // offset of the log record that produced it
+    uint32_t ordinal = 0;     // its place among the side records of that log record: 0, 1, ...
+    std::string record;       // the JSON record as sent upstream
+
+    bool operator==(const SideRecord&) const = default;
+};
+
 struct SideRow {
     uint64_t seq = 0;
     std::string record;
 };
 
+struct SideAppendResult {
+    uint64_t appended = 0;            // records written (and still present after the call)
+    uint64_t duplicates_skipped = 0;  // records at or below the high-water position
+    uint64_t dropped = 0;             // oldest rows removed to stay within side_bytes_max
+};
+
+/// Counters are durable (kept in the meta database) and cumulative over the store's life.
 struct SideStats {
     uint64_t rows = 0;
     uint64_t bytes = 0;
     uint64_t dropped = 0;
+    uint64_t duplicates_skipped = 0;  // replayed side records not appended again
 };
 
 }  // namespace tidemark::lmdb

@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 
 #include "adapters/log/segment_files.h"
+#include "adapters/log/segment_scan.h"
 
 namespace tidemark::log {
 
@@ -60,6 +60,7 @@ Result<void> LogReader::seek(uint64_t offset) {
     auto segments = list_segments(dir_);
     if (!segments) return std::unexpected(segments.error());
     begin_ = end_ = 0;
+    last_ingest_ms_ = ingest_ms_unknown;
     if (segments->empty()) {
         close_segment();
         if (offset != 0) {
@@ -94,38 +95,20 @@ Result<void> LogReader::seek(uint64_t offset) {
 }
 
 Result<size_t> LogReader::fill(uint64_t bytes_needed) {
-    if (begin_ > 0) {
-        std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-        end_ -= begin_;
-        begin_ = 0;
-    }
+    // Called when the buffer holds no more than the start of the frame at position_. Those
+    // bytes are dropped and read again with the rest, never extended: a writer that rolled back
+    // a failed write may have written other bytes at that place since they were read.
+    begin_ = end_ = 0;
     if (bytes_needed > buffer_.size()) buffer_.resize(bytes_needed);  // bounded by the caller
-    uint64_t file_pos = position_ - segment_first_ + end_;
+    uint64_t file_pos = position_ - segment_first_;
     while (true) {
-        ssize_t n = ::pread(fd_, buffer_.data() + end_, buffer_.size() - end_,
-                            static_cast<off_t>(file_pos));
+        ssize_t n = ::pread(fd_, buffer_.data(), buffer_.size(), static_cast<off_t>(file_pos));
         if (n < 0) {
             if (errno == EINTR) continue;
             return fail("cannot read log segment " + segment_path_ + ": " + std::strerror(errno));
         }
-        end_ += static_cast<size_t>(n);
-        return static_cast<size_t>(n);
-    }
-}
-
-Result<bool> LogReader::rest_is_zero(uint64_t file_pos) {
-    std::array<char, 65536> block;
-    while (true) {
-        ssize_t n = ::pread(fd_, block.data(), block.size(), static_cast<off_t>(file_pos));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail("cannot read log segment " + segment_path_ + ": " + std::strerror(errno));
-        }
-        if (n == 0) return true;
-        if (std::any_of(block.begin(), block.begin() + n, [](char c) { return c != 0; })) {
-            return false;
-        }
-        file_pos += static_cast<uint64_t>(n);
+        end_ = static_cast<size_t>(n);
+        return end_;
     }
 }
 
@@ -143,16 +126,77 @@ Result<bool> LogReader::next_segment_exists() {
     return !segments->empty() && segments->back().first_offset > segment_first_;
 }
 
-void LogReader::drop_partial() {
-    // The bytes of an unfinished frame are read again next time: a writer that hit ENOSPC cuts
-    // its partial frame and writes another in its place, which stale bytes would garble.
-    begin_ = end_ = 0;
+void LogReader::count_damage(uint64_t from_pos, uint64_t to_pos, const char* what) {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.damaged_regions;
+    stats_.damaged_bytes += to_pos - from_pos;
+    stats_.last_damage = "log segment " + segment_path_ + " is damaged at offsets [" +
+                         std::to_string(segment_first_ + from_pos) + ", " +
+                         std::to_string(segment_first_ + to_pos) + ") (" + what +
+                         "): " + std::to_string(to_pos - from_pos) +
+                         " bytes skipped, records there are lost";
 }
 
-Error LogReader::damaged(const char* what) const {
-    return Error{"log segment " + segment_path_ + " is damaged at offset " +
-                 std::to_string(position_) + " (" + what +
-                 ") with data after it; records from there on cannot be read"};
+ReaderStats LogReader::stats() const {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+}
+
+Error LogReader::ends_below(uint64_t end_offset_max) const {
+    return Error{"log segment " + segment_path_ + " ends before the writer's end offset " +
+                 std::to_string(end_offset_max) + " (the reader is at offset " +
+                 std::to_string(position_) +
+                 "): the file was cut by something other than the writer, or the reader was "
+                 "given an end past the writer's"};
+}
+
+Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
+    begin_ = end_ = 0;
+    // Sealed first, then the size: a sealed segment's size is final.
+    auto sealed = next_segment_exists();
+    if (!sealed) return std::unexpected(sealed.error());
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+        return fail("cannot stat log segment " + segment_path_ + ": " + std::strerror(errno));
+    }
+    const auto file_bytes = static_cast<uint64_t>(st.st_size);
+    const uint64_t from = position_ - segment_first_;
+    const bool bounded = end_offset_max != UINT64_MAX;
+    const bool bound_in_file = bounded && end_offset_max - segment_first_ <= file_bytes;
+    const uint64_t limit = bound_in_file ? end_offset_max - segment_first_ : file_bytes;
+    SegmentWindow window(fd_, segment_path_, limit, size_t{256} << 10);
+    // Judge the frame again on what the file holds now: a frame that was incomplete may have
+    // been finished by the writer meanwhile, and the search below must not skip it.
+    Record rec;
+    uint64_t frame = 0;
+    auto status = window.decode_at(from, rec, frame);
+    if (!status) return std::unexpected(status.error());
+    if (*status == FrameStatus::ok || *status == FrameStatus::bad_type) return true;
+    const char* what = *status == FrameStatus::bad_length ? "invalid record length"
+                       : *status == FrameStatus::bad_crc  ? "CRC mismatch"
+                                                          : "record cut short";
+    // After a CRC mismatch the damage may be in the body or in the length field: where the
+    // length says the next frame starts is one cue, weighed by find_next_frame.
+    std::optional<uint64_t> after_frame;
+    if (*status == FrameStatus::bad_crc) after_frame = from + frame;
+    auto found = find_next_frame(window, from, after_frame, last_ingest_ms_);
+    if (!found) return std::unexpected(found.error());
+    if (*found) {
+        count_damage(from, **found, what);
+        position_ = segment_first_ + **found;
+        return true;
+    }
+    if (*sealed || bound_in_file) {
+        // Nothing valid follows up to the end of a final file, or up to where the writer says
+        // its records end: all of it is damage.
+        count_damage(from, limit, what);
+        position_ = segment_first_ + limit;
+        return limit == file_bytes && *sealed;
+    }
+    // The newest segment, and no bound inside it: a torn tail, a write in progress, or damage
+    // that the writer's next record will end. Not counted until then.
+    if (bounded) return std::unexpected(ends_below(end_offset_max));
+    return false;
 }
 
 Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
@@ -164,8 +208,10 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         if (!*opened) return false;
     }
     const bool bounded = end_offset_max != UINT64_MAX;
-    bool rechecked = false;  // re-read once after seeing a successor segment (see below)
+    bool read_to_end = false;  // the last fill() found no more bytes than were buffered
+    bool rechecked = false;    // re-read once after seeing a successor segment (see below)
     while (true) {
+        if (position_ >= end_offset_max) return false;  // moved there by skipped damage
         uint64_t frame = 0;
         FrameStatus status =
             decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_), out, frame);
@@ -174,6 +220,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
             out.next_offset = position_ + frame;
             begin_ += frame;
             position_ += frame;
+            last_ingest_ms_ = out.ingest_ms;
             return true;
         }
         if (status == FrameStatus::bad_type) {
@@ -181,29 +228,22 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
                         std::to_string(position_) +
                         " has an unknown type; it was written by a newer tidemark");
         }
-        const uint64_t file_pos = position_ - segment_first_;
         if (status == FrameStatus::bad_length || status == FrameStatus::bad_crc) {
-            // Past the frame's header (bad length) or the frame (bad CRC) the file must hold
-            // nothing but zeros, in the newest segment, for this to be a torn tail.
-            uint64_t after =
-                file_pos + (status == FrameStatus::bad_length ? frame_header_bytes : frame);
-            const char* what =
-                status == FrameStatus::bad_length ? "invalid record length" : "CRC mismatch";
-            if (bounded) return std::unexpected(damaged(what));
-            auto zero = rest_is_zero(after);
-            if (!zero) return std::unexpected(zero.error());
-            if (!*zero) return std::unexpected(damaged(what));
-            auto successor = next_segment_exists();
-            if (!successor) return std::unexpected(successor.error());
-            if (*successor) return std::unexpected(damaged(what));
-            drop_partial();
-            return false;
+            auto skipped = skip_damage(end_offset_max);
+            if (!skipped) return std::unexpected(skipped.error());
+            if (!*skipped) return false;
+            read_to_end = rechecked = false;
+            continue;
         }
         // Incomplete: read more, growing the buffer to the frame's size if it is larger.
         uint64_t need = std::max<uint64_t>(frame, frame_header_bytes);
-        auto got = fill(need);
-        if (!got) return std::unexpected(got.error());
-        if (*got > 0) continue;
+        if (!read_to_end) {
+            size_t buffered = end_ - begin_;
+            auto got = fill(need);
+            if (!got) return std::unexpected(got.error());
+            read_to_end = *got <= buffered;
+            continue;
+        }
         // The end of this file. The writer syncs and finishes a segment before it creates the
         // next, so once a successor exists this file is final; re-read once, since it may have
         // grown between our read and that check.
@@ -211,7 +251,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         if (!successor) return std::unexpected(successor.error());
         if (!*successor) {
             if (bounded && position_ + need <= end_offset_max) {
-                return std::unexpected(damaged("incomplete record below the writer's end"));
+                return std::unexpected(ends_below(end_offset_max));
             }
             if (end_ == begin_) {
                 // A retention sweep may have removed this file and its successors: then no
@@ -221,15 +261,28 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
                                 " was removed by retention while the reader was at offset " +
                                 std::to_string(position_) + "; the reader fell behind");
                 }
+                return false;
             }
-            drop_partial();
-            return false;
+            // A partial frame at the end of the newest segment: a write in progress or a torn
+            // tail, unless a valid frame follows it (then its length field is damaged).
+            auto skipped = skip_damage(end_offset_max);
+            if (!skipped) return std::unexpected(skipped.error());
+            if (!*skipped) return false;
+            read_to_end = rechecked = false;
+            continue;
         }
         if (!rechecked) {
             rechecked = true;
+            read_to_end = false;
             continue;
         }
-        if (end_ != begin_) return std::unexpected(damaged("incomplete record at segment end"));
+        if (end_ != begin_) {
+            auto skipped = skip_damage(end_offset_max);
+            if (!skipped) return std::unexpected(skipped.error());
+            if (!*skipped) return false;
+            read_to_end = rechecked = false;
+            continue;
+        }
         uint64_t next_first = position_;
         auto opened = open_segment(next_first);
         if (!opened) return std::unexpected(opened.error());
@@ -240,7 +293,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
                         "segments were removed by retention or by hand)");
         }
         begin_ = end_ = 0;
-        rechecked = false;
+        read_to_end = rechecked = false;
     }
 }
 

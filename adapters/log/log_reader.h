@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,21 +18,38 @@ struct ReaderOptions {
     uint64_t buffer_bytes = uint64_t{1} << 20;
 };
 
+/// Damage a reader skipped over (see LogReader). Non-zero means the storage lost data: alarm.
+struct ReaderStats {
+    uint64_t damaged_regions = 0;  // runs of invalid bytes skipped, each ended by a valid record
+    uint64_t damaged_bytes = 0;    // (or by the end of a sealed segment, or end_offset_max)
+    std::string last_damage;       // names the segment, the offsets and the cause; "" if none
+};
+
 /// Reads the records of the log in DIR in order, following segment rollover.
 ///
 /// Operation: open() positions at the oldest retained record; seek() at any record offset (one
 /// returned by LogWriter::append or a Record's offset/next_offset). next() returns false at the
 /// current end of the log: call it again later to tail a writer. Reads go through a large
-/// buffer, not a syscall per record. A damaged record is an error naming the segment and offset,
-/// except at the tail of the newest segment, where an incomplete frame, or an invalid one
-/// followed by nothing but zero bytes (what a power loss leaves before the writer's restart cuts
-/// it), reads as the end of the data. Given an end_offset_max from the writer, any invalid
-/// record below it is an error.
-/// Concurrency: one thread per reader. Any number of readers may run beside a writer in another
-/// thread or process; the reader never modifies the files. A segment removed by retention while
-/// being read stays readable through the open file; moving into a removed one is an error.
-/// Limits: memory is the buffer (see ReaderOptions). Offsets that are not record starts are not
-/// detected by seek(); next() then reports a damaged record (or the end, at the tail).
+/// buffer, not a syscall per record. An incomplete frame is never completed from the buffer:
+/// the next attempt re-reads it from its start, since a writer that rolled back a failed write
+/// (ENOSPC) writes other bytes at that place, which stale ones would garble.
+/// Damage: at an invalid frame the reader searches on for a valid one (segment_scan.h, the
+/// same rule as LogWriter::open()). If one follows, the bytes in between are skipped and
+/// counted in stats(), and reading resumes there: records after damage keep their offsets.
+/// If none follows: in a sealed segment the damage runs to its end and is skipped; at the end
+/// of the newest segment it is a torn tail (or damage that the writer's next record will end)
+/// and next() returns false without counting it, unless end_offset_max says the writer's
+/// records go further, when it is skipped up to end_offset_max. A file that ends below
+/// end_offset_max, and a valid record of an unknown type, are errors.
+/// Concurrency: one thread per reader, except stats(), which any thread may call. Any number
+/// of readers may run beside a writer in another thread or process; the reader never modifies
+/// the files. A segment removed by retention while being read stays readable through the open
+/// file; moving into a removed one is an error.
+/// Limits: memory is the buffer (see ReaderOptions), plus a 256 KiB block (or one frame, if
+/// larger) while searching past damage. Offsets that are not record starts are not detected by
+/// seek(); next() then skips to the next record as if the bytes were damage. The search takes the
+/// first plausible frame (valid CRC, known type, ingest time not before the last record read); a
+/// payload that embeds such a frame can be taken for a record when damage lands just before it.
 class LogReader {
   public:
     static Result<std::unique_ptr<LogReader>> open(const std::string& dir,
@@ -43,22 +61,28 @@ class LogReader {
     /// Positions at `offset`. An offset below the oldest retained segment (removed by
     /// retention) or past the end of the newest is an error naming both.
     Result<void> seek(uint64_t offset);
-    /// Reads the record at position(). Returns false, leaving the position unchanged, at the end
-    /// of the data written so far or when position() >= end_offset_max (pass the writer's
-    /// end_offset() to read exactly what it has published).
+    /// Reads the record at position(), skipping damage (see the class comment). Returns false
+    /// at the end of the data written so far or when position() >= end_offset_max (pass the
+    /// writer's end_offset() or durable_offset() to read exactly what it has published). The
+    /// position moves on a false return only past damage skipped up to end_offset_max.
     Result<bool> next(Record& out, uint64_t end_offset_max = UINT64_MAX);
     /// The offset of the record the next call to next() returns.
     uint64_t position() const { return position_; }
+    /// The damage skipped so far by this reader.
+    ReaderStats stats() const;
 
   private:
     LogReader(std::string dir, ReaderOptions options);
     void close_segment();
     Result<bool> open_segment(uint64_t first_offset);  // false: no such file
-    Result<size_t> fill(uint64_t bytes_needed);        // bytes added to the buffer
-    Result<bool> rest_is_zero(uint64_t file_pos);
+    Result<size_t> fill(uint64_t bytes_needed);        // bytes buffered from position_ on
     Result<bool> next_segment_exists();
-    void drop_partial();
-    Error damaged(const char* what) const;
+    /// At an invalid or unfinished frame at position_: true when next() should read on (at a
+    /// valid frame past the damage, at the end of a sealed segment, or the frame is valid by
+    /// now), false when next() should return false.
+    Result<bool> skip_damage(uint64_t end_offset_max);
+    void count_damage(uint64_t from_pos, uint64_t to_pos, const char* what);
+    Error ends_below(uint64_t end_offset_max) const;
 
     const std::string dir_;
     const ReaderOptions options_;
@@ -69,6 +93,10 @@ class LogReader {
     size_t begin_ = 0;  // buffer_[begin_, end_) holds the file's bytes from position_ on
     size_t end_ = 0;
     uint64_t position_ = 0;
+    int64_t last_ingest_ms_ = ingest_ms_unknown;  // of the last record returned since seek()
+
+    mutable std::mutex stats_mutex_;
+    ReaderStats stats_;
 };
 
 }  // namespace tidemark::log

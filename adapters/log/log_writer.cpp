@@ -14,6 +14,7 @@
 #include "adapters/crash/crash_point.h"
 #include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
+#include "adapters/log/segment_scan.h"
 
 namespace tidemark::log {
 namespace {
@@ -29,71 +30,54 @@ void store_le(char* p, uint64_t v, int n) {
         p[i] = static_cast<char>(v >> (8 * i));
 }
 
-// Reads exactly n bytes at pos unless the file ends first; returns the count read.
-Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::string& path) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(pos + done));
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return fail("cannot read log segment " + path + ": " + errno_text(errno));
-        }
-        if (r == 0) break;
-        done += static_cast<size_t>(r);
-    }
-    return done;
-}
-
 struct ScanResult {
-    uint64_t good_bytes = 0;  // end of the last good record, relative to the segment start
+    uint64_t good_bytes = 0;  // end of the last valid frame, relative to the segment start
     uint64_t records = 0;
     int64_t first_ingest_ms = ingest_ms_unknown;
     int64_t last_ingest_ms = ingest_ms_unknown;
+    uint64_t damaged_regions = 0;  // invalid bytes with valid frames after them: left in place
+    uint64_t damaged_bytes = 0;
 };
 
-// Walks the frames of a segment from its start and stops at the first that is incomplete or
-// invalid. A valid frame of an unknown type is an error: a newer version wrote it, and cutting
-// it off would destroy data this version cannot read.
+// Walks the frames of a segment from its start. At an invalid or incomplete frame it searches
+// for a valid frame further on (find_next_frame): if one follows, the bytes in between are
+// damage in the middle, counted and left in place (records after them keep their offsets,
+// which a checkpoint may hold); if none follows, the frame starts a torn tail and the walk
+// ends. A valid frame of an unknown type is an error: a newer version wrote it, and cutting it
+// off would destroy data this version cannot read.
 Result<ScanResult> scan_segment(int fd, uint64_t file_bytes, uint64_t first_offset,
                                 const std::string& path) {
     ScanResult scan;
-    std::vector<char> buf(scan_block_bytes);
-    uint64_t buf_pos = 0;  // file position of buf[0]
-    size_t have = 0;
-    size_t at = 0;
-    while (true) {
+    SegmentWindow window(fd, path, file_bytes, scan_block_bytes);
+    uint64_t pos = 0;
+    while (pos < window.file_bytes()) {
         Record rec;
         uint64_t frame = 0;
-        FrameStatus status = decode_frame(std::string_view(buf.data() + at, have - at), rec, frame);
-        if (status == FrameStatus::ok) {
+        auto status = window.decode_at(pos, rec, frame);
+        if (!status) return std::unexpected(status.error());
+        if (*status == FrameStatus::ok) {
             if (scan.records == 0) scan.first_ingest_ms = rec.ingest_ms;
             scan.last_ingest_ms = rec.ingest_ms;
             ++scan.records;
-            at += frame;
-            scan.good_bytes = buf_pos + at;
+            pos += frame;
             continue;
         }
-        if (status == FrameStatus::bad_type) {
+        if (*status == FrameStatus::bad_type) {
             return fail("log segment " + path + ": the record at offset " +
-                        std::to_string(first_offset + buf_pos + at) +
+                        std::to_string(first_offset + pos) +
                         " has an unknown type; it was written by a newer tidemark. Upgrade, or "
                         "move the log directory away to start a new log.");
         }
-        if (status != FrameStatus::incomplete) break;
-        uint64_t need = std::max<uint64_t>(frame, frame_header_bytes);
-        if (buf_pos + at + need > file_bytes) break;  // torn: the file ends inside this frame
-        // Slide the unread bytes to the front and fill the buffer; grow it (bounded by the
-        // frame size bound) for a record larger than the block.
-        std::memmove(buf.data(), buf.data() + at, have - at);
-        buf_pos += at;
-        have -= at;
-        at = 0;
-        if (need > buf.size()) buf.resize(need);
-        auto got = pread_full(fd, buf.data() + have, buf.size() - have, buf_pos + have, path);
-        if (!got) return std::unexpected(got.error());
-        if (*got == 0) break;
-        have += *got;
+        std::optional<uint64_t> hint;
+        if (*status == FrameStatus::bad_crc) hint = pos + frame;
+        auto next = find_next_frame(window, pos, hint, scan.last_ingest_ms);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;  // a torn tail: nothing valid follows
+        ++scan.damaged_regions;
+        scan.damaged_bytes += **next - pos;
+        pos = **next;
     }
+    scan.good_bytes = pos;
     return scan;
 }
 
@@ -101,24 +85,14 @@ Result<ScanResult> scan_segment(int fd, uint64_t file_bytes, uint64_t first_offs
 int64_t first_ingest_ms(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ingest_ms_unknown;
-    char header[frame_header_bytes];
     int64_t result = ingest_ms_unknown;
-    auto got = pread_full(fd, header, sizeof(header), 0, path);
-    if (got && *got == sizeof(header)) {
-        uint64_t body = 0;
-        for (int i = 0; i < 4; ++i)
-            body |= uint64_t{static_cast<unsigned char>(header[i])} << (8 * i);
-        if (body >= body_prefix_bytes && body <= record_body_bytes_max) {
-            std::vector<char> frame(frame_header_bytes + body);
-            auto full = pread_full(fd, frame.data(), frame.size(), 0, path);
-            Record rec;
-            uint64_t frame_len = 0;
-            if (full && *full == frame.size() &&
-                decode_frame(std::string_view(frame.data(), frame.size()), rec, frame_len) ==
-                    FrameStatus::ok) {
-                result = rec.ingest_ms;
-            }
-        }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) {
+        SegmentWindow window(fd, path, static_cast<uint64_t>(st.st_size), 4096);
+        Record rec;
+        uint64_t frame = 0;
+        auto status = window.decode_at(0, rec, frame);
+        if (status && *status == FrameStatus::ok) result = rec.ingest_ms;
     }
     ::close(fd);
     return result;
@@ -224,6 +198,8 @@ Result<void> LogWriter::recover() {
         counters_.tail_truncations = 1;
         counters_.tail_bytes_cut = last.bytes - scan->good_bytes;
     }
+    counters_.damaged_regions = scan->damaged_regions;
+    counters_.damaged_bytes = scan->damaged_bytes;
     // A previous process may have died with its appends only in the page cache: make them
     // (and the cut) durable, so durable_offset() starts true. The directory entry too.
     if (::fdatasync(active_fd_) != 0 || ::fsync(dir_fd_) != 0) {
@@ -276,8 +252,40 @@ void LogWriter::publish_extent() {
 }
 
 Error LogWriter::poison(std::string message) {
-    poisoned_ = message + " (the log writer stopped; restart to rescan the log tail)";
+    if (!poisoned_) {
+        poisoned_ = message + " (the log writer stopped; restart the process to rescan the log)";
+        poisoned_flag_.store(true, std::memory_order_release);
+    }
     return Error{*poisoned_};
+}
+
+Error LogWriter::poison_after_failed_sync(const std::string& path, int err) {
+    std::string message = "cannot sync log segment " + path + ": " + errno_text(err);
+    Segment& active = segments_.back();
+    const uint64_t durable = durable_offset();
+    // Only the active segment can hold bytes past the durable offset (roll() syncs a segment
+    // before it creates the next). If `path` is no longer active, a roll synced it since.
+    if (poisoned_ || path != active_path_ || durable >= active.first_offset + active.bytes) {
+        return poison(std::move(message));
+    }
+    TM_ASSERT(durable >= active.first_offset);
+    const uint64_t keep_bytes = durable - active.first_offset;
+    const uint64_t cut_bytes = active.bytes - keep_bytes;
+    // The bytes past the durable offset may live only in the page cache now (Linux marks pages
+    // whose writeback failed clean): a restarted process would read them as valid records and
+    // its own fdatasync would report success. Cutting them makes the file say what the disk
+    // may hold; records appended since the last good sync are lost, like on a power loss.
+    if (::ftruncate(active_fd_, static_cast<off_t>(keep_bytes)) != 0) {
+        return poison(message + "; and cannot cut the segment back to its durable end at byte " +
+                      std::to_string(keep_bytes) + " (" + errno_text(errno) +
+                      "): after a restart, records past offset " + std::to_string(durable) +
+                      " may be read although the disk may not hold them");
+    }
+    active.bytes = keep_bytes;
+    publish_extent();
+    return poison(message + "; cut the " + std::to_string(cut_bytes) +
+                  " bytes appended after the durable offset " + std::to_string(durable) +
+                  ", which the disk may not hold");
 }
 
 Result<void> LogWriter::roll() {
@@ -285,8 +293,7 @@ Result<void> LogWriter::roll() {
     // Sync the closing segment before its successor exists: then only the newest segment can
     // have a torn tail, and a reader that sees the next file knows this one is final.
     if (::fdatasync(active_fd_) != 0) {
-        return std::unexpected(
-            poison("cannot sync log segment " + active_path_ + ": " + errno_text(errno)));
+        return std::unexpected(poison_after_failed_sync(active_path_, errno));
     }
     uint64_t next_first = closing.first_offset + closing.bytes;
     raise_to(durable_offset_, next_first);
@@ -376,8 +383,12 @@ Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::stri
 
     if (options_.fsync == FsyncPolicy::always) {
         if (::fdatasync(active_fd_) != 0) {
-            return std::unexpected(
-                poison("cannot sync log segment " + active_path_ + ": " + errno_text(errno)));
+            // The record is cut with the rest of what is not durable: nothing was appended.
+            int err = errno;
+            --counters_.records_appended;
+            counters_.bytes_appended -= frame;
+            ++counters_.append_errors;
+            return std::unexpected(poison_after_failed_sync(active_path_, err));
         }
         ++counters_.syncs;
         durable_offset_.store(offset + frame, std::memory_order_release);
@@ -388,6 +399,7 @@ Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::stri
 }
 
 Result<bool> LogWriter::maybe_sync(int64_t now_ms) {
+    if (poisoned()) return fail(poison_error());  // the ingest loop's regular call hears of it
     if (options_.fsync != FsyncPolicy::interval) return false;
     int64_t last = last_sync_ms_.load(std::memory_order_relaxed);
     if (last != ingest_ms_unknown && now_ms - last < options_.fsync_interval_ms) return false;
@@ -407,9 +419,12 @@ Result<void> LogWriter::sync() {
         if (poisoned_) return fail(*poisoned_);
         end = end_offset();
         if (durable_offset() >= end) return {};
-        // A dup shares the open file: fdatasync on it syncs the segment, while append() goes on
-        // under the mutex. Segments closed meanwhile were synced by roll().
-        fd = ::fcntl(active_fd_, F_DUPFD_CLOEXEC, 0);
+        // A file description of its own (not a dup of active_fd_): Linux reports a writeback
+        // error once per open file description, so with a shared one whichever of this
+        // fdatasync and roll()'s or append()'s ran second would be told all is well and count
+        // lost bytes as durable. fdatasync on a read-only descriptor syncs the file on Linux.
+        // Segments closed meanwhile were synced by roll().
+        fd = ::open(active_path_.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             return fail("cannot sync log segment " + active_path_ + ": " + errno_text(errno));
         path = active_path_;
@@ -418,9 +433,8 @@ Result<void> LogWriter::sync() {
     int err = errno;
     ::close(fd);
     std::lock_guard lock(mutex_);
-    if (rc != 0) {
-        return std::unexpected(poison("cannot sync log segment " + path + ": " + errno_text(err)));
-    }
+    if (rc != 0) return std::unexpected(poison_after_failed_sync(path, err));
+    if (poisoned_) return fail(*poisoned_);  // the bytes synced may have been cut meanwhile
     ++counters_.syncs;
     raise_to(durable_offset_, end);
     return {};
@@ -473,7 +487,13 @@ LogStats LogWriter::stats() const {
     stats.total_bytes = total_bytes();
     stats.oldest_ingest_ms = oldest_ingest_ms();
     stats.last_ingest_ms = last_ingest_ms_;
+    stats.poisoned = poisoned_.has_value();
     return stats;
+}
+
+std::string LogWriter::poison_error() const {
+    std::lock_guard lock(mutex_);
+    return poisoned_.value_or(std::string());
 }
 
 }  // namespace tidemark::log

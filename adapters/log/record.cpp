@@ -26,6 +26,17 @@ std::string_view record_type_name(RecordType type) {
     return "unknown";
 }
 
+std::optional<FrameHead> peek_frame_head(std::string_view bytes) {
+    if (bytes.size() < frame_header_bytes + body_prefix_bytes) return std::nullopt;
+    uint64_t body_bytes = load_le(bytes.data(), 4);
+    if (body_bytes < body_prefix_bytes || body_bytes > record_body_bytes_max) return std::nullopt;
+    const char* body = bytes.data() + frame_header_bytes;
+    auto type = static_cast<unsigned char>(body[0]);
+    if (type < 1 || type > 3) return std::nullopt;
+    if (body_prefix_bytes + load_le(body + 9, 2) > body_bytes) return std::nullopt;
+    return FrameHead{frame_header_bytes + body_bytes, static_cast<int64_t>(load_le(body + 1, 8))};
+}
+
 FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out) {
     frame_bytes_out = 0;
     if (bytes.size() < frame_header_bytes) return FrameStatus::incomplete;

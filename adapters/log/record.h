@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace tidemark::log {
@@ -34,6 +35,10 @@ struct Record {
     std::string_view payload;
 };
 
+/// An ingest time not known: of a segment that holds no record yet, or whose first record
+/// cannot be read; of a reader that has read nothing yet. Below every real one.
+inline constexpr int64_t ingest_ms_unknown = INT64_MIN;
+
 inline constexpr uint64_t frame_header_bytes = 8;  // u32 body length, u32 CRC
 inline constexpr uint64_t body_prefix_bytes = 11;  // u8 type, i64 ingest_ms, u16 topic length
 inline constexpr uint64_t record_body_bytes_max = uint64_t{16} << 20;
@@ -53,6 +58,18 @@ enum class FrameStatus {
     bad_crc,     // complete, but the CRC or the topic length does not match the body
     bad_type,    // the CRC matches but the type is unknown: written by a newer version
 };
+
+/// What the first frame_header_bytes + body_prefix_bytes of a frame say, read without the CRC.
+struct FrameHead {
+    uint64_t frame_bytes = 0;
+    int64_t ingest_ms = 0;
+};
+
+/// The head of the frame at the start of `bytes` if its length is within bounds, its type known
+/// and its topic fits its body: the cheap filter applied at every byte when a scan searches for
+/// the next frame after damage, before it pays for a CRC. nullopt when it fails or `bytes` is
+/// shorter than a head.
+std::optional<FrameHead> peek_frame_head(std::string_view bytes);
 
 /// Decodes the frame at the start of `bytes`. On ok, fills out's type, ingest_ms, topic and
 /// payload (views into `bytes`; offsets are the caller's). frame_bytes_out is set whenever the

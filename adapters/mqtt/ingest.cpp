@@ -24,6 +24,10 @@ constexpr std::chrono::milliseconds retry_delay_max{100};
 // Extra time over Paho's own connect timeout before an attempt is given up on.
 constexpr std::chrono::milliseconds outcome_margin{2000};
 
+// Numbers IncomingMessage::connection. Process-wide, not per Ingest: the runtime replaces its
+// Ingest on every pause, and the handler must still see each new connection as new.
+std::atomic<std::uint64_t> connections_in_process{0};
+
 std::string paho_error(int code, const char* message) {
     std::string text;
     switch (code) {  // CONNACK return codes (MQTT 3.1.1, 3.2.2.3)
@@ -59,11 +63,13 @@ struct Ingest::State {
     std::vector<char*> filter_pointers;  // MQTTAsync_subscribeMany wants char* const*
     std::vector<int> filter_qos;
     Handler handler;
+    IngestOptions ingest_options;
     MQTTAsync client = nullptr;
 
     std::atomic<std::uint64_t> messages{0}, bytes{0}, duplicates{0}, reconnects{0},
-        connect_failures{0}, handler_retries{0}, resubscribes{0};
+        connect_failures{0}, handler_retries{0}, resubscribes{0}, retained_skipped{0};
     std::atomic<bool> is_connected{false};
+    std::atomic<std::uint64_t> connection{0};  // of the current connection, see on_connect_success
 
     mutable std::mutex mutex;  // guards everything below
     std::condition_variable changed;
@@ -111,9 +117,19 @@ int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTT
         .payload = std::string_view(static_cast<const char*>(m->payload),
                                     static_cast<std::size_t>(m->payloadlen)),
         .duplicate = m->dup != 0,
+        .retained = m->retained != 0,
         .qos = m->qos,
         .packet_id = m->msgid,
+        .connection = s->connection.load(),
     };
+    if (message.retained && !s->ingest_options.accept_retained) {
+        // Returning 1 acknowledges it: the broker keeps the retained message, and resends it
+        // on the next subscription, where it is skipped again.
+        s->retained_skipped.fetch_add(1, std::memory_order_relaxed);
+        MQTTAsync_freeMessage(&m);
+        MQTTAsync_free(topic);
+        return 1;
+    }
     // Paho C sends the PUBACK when this function returns, so it returns only once the handler
     // has taken the message. Returning 0 would not help: Paho would queue the message in
     // memory and acknowledge it at once.
@@ -155,6 +171,10 @@ void Ingest::State::on_connection_lost(void* context, char* cause) {
 
 void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* response) {
     auto* s = static_cast<State*>(context);
+    // Paho C calls this on its receive thread while handling the CONNACK, before it reads the
+    // connection's first PUBLISH (MQTTAsync_receiveThread, 1.3.x), so every message of this
+    // connection, redeliveries included, carries the new number.
+    s->connection.store(connections_in_process.fetch_add(1) + 1);
     const bool session_present = response != nullptr && response->alt.connect.sessionPresent != 0;
     bool subscribe = false;
     {
@@ -322,7 +342,7 @@ Ingest::Ingest(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
                                                std::vector<std::string> topic_filters,
-                                               Handler handler) {
+                                               Handler handler, IngestOptions ingest_options) {
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
     if (topic_filters.empty()) {
         return fail(options.config_name + ": no topic filter to subscribe to");
@@ -347,6 +367,7 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
         state->filter_qos.push_back(1);
     }
     state->handler = std::move(handler);
+    state->ingest_options = ingest_options;
 
     MQTTAsync_createOptions create = MQTTAsync_createOptions_initializer;
     create.MQTTVersion = MQTTVERSION_3_1_1;
@@ -459,6 +480,7 @@ IngestStats Ingest::stats() const {
     out.connect_failures = s.connect_failures.load(std::memory_order_relaxed);
     out.handler_retries = s.handler_retries.load(std::memory_order_relaxed);
     out.resubscribes = s.resubscribes.load(std::memory_order_relaxed);
+    out.retained_skipped = s.retained_skipped.load(std::memory_order_relaxed);
     out.connected = s.is_connected.load();
     std::lock_guard lock(s.mutex);
     out.last_error = s.last_error;

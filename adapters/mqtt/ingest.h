@@ -20,8 +20,17 @@ struct IncomingMessage {
     std::string_view topic;
     std::string_view payload;
     bool duplicate = false;  ///< MQTT DUP flag: the broker may have delivered it before
+    /// MQTT RETAIN flag: sent because a subscription matched a retained message (a retained
+    /// message published while we are subscribed arrives without it, MQTT 3.1.1 3.3.1.3).
+    /// Reaches the handler only with IngestOptions::accept_retained.
+    bool retained = false;
     int qos = 0;
     int packet_id = 0;  ///< MQTT packet identifier (0 for QoS0); kept on a redelivery
+    /// The broker connection that delivered it: unique in the process (across Ingest
+    /// objects) and increasing, set before the connection's first message. A change tells the
+    /// handler that a new connection started, so the broker may now redeliver, with DUP, what
+    /// was in flight on the earlier ones (RedeliveryFilter::connection_started()).
+    std::uint64_t connection = 0;
 };
 
 /// What the handler did with a message.
@@ -42,24 +51,37 @@ struct IngestStats {
     std::uint64_t connect_failures = 0;  ///< failed connect attempts
     std::uint64_t handler_retries = 0;   ///< handler calls that returned retry_later
     std::uint64_t resubscribes = 0;      ///< connects where the broker had lost our session
+    std::uint64_t retained_skipped = 0;  ///< retained messages acknowledged unseen (see options)
     bool connected = false;
     std::string last_error;  ///< the most recent connect failure or connection loss, or empty
 };
 
+struct IngestOptions {
+    /// Whether retained messages the broker sends because of our subscription reach the
+    /// handler. Off by default: every Ingest subscribes on its first connect (the filters may
+    /// have changed), and the broker then resends every matching retained message (MQTT
+    /// 3.1.1 3.3.1.3), so each start and each pause would log them again. Live messages,
+    /// retained or not, are unaffected.
+    bool accept_retained = false;
+};
+
 /// Operation: a persistent MQTT 3.1.1 session with the gateway broker (clean session off, a
-/// fixed client id), QoS1 subscriptions to every filter, made when the broker reports no
-/// session present (first connect, or the broker lost its state); otherwise the broker's
-/// stored subscriptions are reused, so retained messages are not delivered again. A lost
-/// connection is re-established by a background thread with capped exponential backoff
-/// (reconnect_delay: 250 ms .. 30 s). The broker queues messages while we are away.
+/// fixed client id), QoS1 subscriptions to every filter, made on the first connect of each
+/// Ingest and whenever the broker reports no session present (it lost our state); otherwise
+/// the broker's stored subscriptions are reused. Each subscription makes the broker resend
+/// the matching retained messages: they are acknowledged without the handler and counted
+/// (retained_skipped) unless IngestOptions::accept_retained. A lost connection is
+/// re-established by a background thread with capped exponential backoff (reconnect_delay:
+/// 250 ms .. 30 s). The broker queues messages while we are away.
 ///
 /// Acknowledgement: the handler runs inside Paho C's message-arrived callback, and Paho C
 /// (MQTTProtocol_handlePublishes, 1.3.x) sends the QoS1 PUBACK only after that callback
-/// returns, so a message the broker considers delivered has been through the handler (for the
-/// runtime: is in the log). A crash between handler and PUBACK makes the broker redeliver it
-/// with DUP set; RedeliveryFilter recognises it. This holds because the callback never
-/// returns "not processed" to Paho: Paho would then queue the message in memory and send the
-/// PUBACK anyway.
+/// returns (or queues it behind a pending write: later, never earlier), so a message the
+/// broker considers delivered has been through the handler (for the runtime: is in the log).
+/// A crash or a lost connection between handler and PUBACK makes the broker redeliver it with
+/// DUP set on the next connection (IncomingMessage::connection); RedeliveryFilter recognises
+/// it. This holds because the callback never returns "not processed" to Paho: Paho would then
+/// queue the message in memory and send the PUBACK anyway.
 ///
 /// Back-pressure: when the handler returns retry_later, the callback keeps the message and
 /// calls the handler again (1 ms doubling to 100 ms between calls) without returning; no PUBACK
@@ -82,7 +104,8 @@ class Ingest {
     /// Checks the options and filters and creates the client; no connection yet.
     static Result<std::unique_ptr<Ingest>> create(BrokerOptions options,
                                                   std::vector<std::string> topic_filters,
-                                                  Handler handler);
+                                                  Handler handler,
+                                                  IngestOptions ingest_options = {});
     ~Ingest();
     Ingest(const Ingest&) = delete;
     Ingest& operator=(const Ingest&) = delete;

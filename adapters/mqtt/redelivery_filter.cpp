@@ -25,18 +25,61 @@ std::uint64_t RedeliveryFilter::hash(std::string_view topic, std::string_view pa
     return fnv1a(h, payload);
 }
 
-bool RedeliveryFilter::seen(std::string_view topic, std::string_view payload) const {
-    // A linear scan: it runs only for messages flagged DUP, which are rare.
-    const std::uint64_t h = hash(topic, payload);
-    return std::find(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(count_), h) !=
-           ring_.begin() + static_cast<std::ptrdiff_t>(count_);
+void RedeliveryFilter::push_recent(Entry entry) {
+    recent_[recent_next_] = entry;
+    recent_next_ = (recent_next_ + 1) % candidates_max;
+    if (recent_count_ < candidates_max) ++recent_count_;
 }
 
-void RedeliveryFilter::remember(std::string_view topic, std::string_view payload) {
-    ring_[next_] = hash(topic, payload);
-    next_ = (next_ + 1) % capacity;
-    if (count_ < capacity) ++count_;
-    TM_ASSERT(count_ <= capacity);
+void RedeliveryFilter::connection_started() {
+    started_ = true;
+    // The newest records win: unmatched candidates of earlier connections (their redelivery
+    // may itself have been cut off) first, then the records since the last start, oldest first.
+    const std::size_t kept = std::min(candidate_count_, candidates_max - recent_count_);
+    std::copy(candidates_.begin() + static_cast<std::ptrdiff_t>(candidate_count_ - kept),
+              candidates_.begin() + static_cast<std::ptrdiff_t>(candidate_count_),
+              candidates_.begin());
+    candidate_count_ = kept;
+    const std::size_t oldest = (recent_next_ + candidates_max - recent_count_) % candidates_max;
+    for (std::size_t i = 0; i < recent_count_; ++i)
+        candidates_[candidate_count_++] = recent_[(oldest + i) % candidates_max];
+    recent_count_ = 0;
+    recent_next_ = 0;
+    TM_ASSERT(candidate_count_ <= candidates_max);
+}
+
+void RedeliveryFilter::remember(int packet_id, std::string_view topic, std::string_view payload) {
+    TM_ASSERT(packet_id >= 0);
+    push_recent({hash(topic, payload), packet_id});
+}
+
+void RedeliveryFilter::seed(std::string_view topic, std::string_view payload) {
+    // Seeds after a connection started would be taken for that connection's own records.
+    TM_ASSERT(!started_);
+    push_recent({hash(topic, payload), any_packet_id});
+}
+
+bool RedeliveryFilter::is_redelivery(int packet_id, std::string_view topic,
+                                     std::string_view payload) {
+    TM_ASSERT(packet_id >= 0);
+    // A linear scan of at most candidates_max: it runs only for messages flagged DUP.
+    const std::uint64_t h = hash(topic, payload);
+    const auto begin = candidates_.begin();
+    const auto end = begin + static_cast<std::ptrdiff_t>(candidate_count_);
+    auto found = std::find_if(
+        begin, end, [&](const Entry& e) { return e.hash == h && e.packet_id == packet_id; });
+    if (found == end) {
+        // A seeded record: the oldest first, the order in which the broker resends.
+        found = std::find_if(begin, end, [&](const Entry& e) {
+            return e.hash == h && e.packet_id == any_packet_id;
+        });
+    }
+    if (found == end) return false;
+    std::copy(found + 1, end, found);
+    --candidate_count_;
+    // Its PUBACK, sent on this connection, can be lost too: a candidate again next time.
+    push_recent({h, packet_id});
+    return true;
 }
 
 }  // namespace tidemark::mqtt

@@ -116,7 +116,9 @@ TEST_CASE("DESIGN.md's example, with real files and its budget fixed, loads to w
     json = replace(json, R"("ca_file": "...", "cert_file": "...", "key_file": "...")",
                    R"("ca_file": "ca.pem", "cert_file": "cert.pem", "key_file": "key.pem")");
     json = replace(json, "tcp://127.0.0.1:1883", "ssl://127.0.0.1:8883");
-    json = replace(json, R"("max_open_windows": 1000000)", R"("max_open_windows": 1500000)");
+    // 23 windows per key: 12 slices (the minute, the delay, the lateness) and 11 fired records.
+    json = replace(json, R"("max_keys": 100000, "max_open_windows": 1000000)",
+                   R"("max_keys": 50000, "max_open_windows": 1200000)");
     std::string path = dir.write("tidemark.json", json);
 
     auto loaded = config::load_config_file(path);
@@ -189,8 +191,8 @@ TEST_CASE("DESIGN.md's example, with real files and its budget fixed, loads to w
     CHECK(p.spec.aggregates[2].q == 0.95);
     CHECK(p.spec.quantile.relative_error == 0.01);
     CHECK(p.spec.quantile.buckets_max == 1024);
-    CHECK(p.spec.limits.keys_max == 100'000);
-    CHECK(p.spec.limits.open_windows_max == 1'500'000);
+    CHECK(p.spec.limits.keys_max == 50'000);
+    CHECK(p.spec.limits.open_windows_max == 1'200'000);
 }
 
 TEST_CASE("DESIGN.md's example as printed is refused for three real reasons", "[config]") {
@@ -205,8 +207,8 @@ TEST_CASE("DESIGN.md's example as printed is refused for three real reasons", "[
     CHECK(errors[4].message ==
           "tls is set but \"tcp://127.0.0.1:1883\" is not an encrypted transport: use ssl://");
     CHECK(errors[5].message ==
-          "100000 keys x 12 windows per key (1m tumbling, plus 5s delay and 10m allowed "
-          "lateness) = 1200000 > max_open_windows 1000000: raise max_open_windows or lower "
+          "100000 keys x 23 windows per key (1m tumbling, plus 5s delay and 10m allowed "
+          "lateness) = 2300000 > max_open_windows 1000000: raise max_open_windows or lower "
           "max_keys");
 }
 
@@ -265,7 +267,7 @@ TEST_CASE("every class of mistake is named by pointer and sentence", "[config]")
             only_error(replace(minimal, R"("uri")", R"("urii": "x", "uri")"), "/source/urii");
         CHECK(message ==
               "unknown key \"urii\": allowed keys are uri, client_id, username, password_file, "
-              "tls, max_payload (did you mean \"uri\"?)");
+              "tls, max_payload, retained, clock (did you mean \"uri\"?)");
     }
     SECTION("window keys depend on the window type") {
         auto message =
@@ -415,6 +417,14 @@ TEST_CASE("every class of mistake is named by pointer and sentence", "[config]")
                                 "1m, plus 10m allowed lateness\\) = [0-9]+00000 > "
                                 "max_open_windows 1000000: raise max_open_windows or "
                                 "lower max_keys")));
+    }
+    SECTION("a quantile bound the sketch cannot honour is refused, not a crash at run time") {
+        // check-config used to pass 0 < relative_error < 1e-6, which aborted in the sketch.
+        const std::string json =
+            replace(minimal, R"("aggregates")",
+                    R"("quantile": {"relative_error": 0.0000001}, "aggregates")");
+        CHECK_THAT(only_error(json, "/pipelines/0/quantile/relative_error"),
+                   Catch::StartsWith("must be at least 1e-06"));
     }
     SECTION("state that cannot fit in half the LMDB map") {
         std::string json =

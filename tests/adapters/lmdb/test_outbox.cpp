@@ -1,8 +1,12 @@
 // The outbox (seq order, id dedupe, bounds, compaction) and the side output of the LMDB store.
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -207,7 +211,7 @@ TEST_CASE("compaction replaces unsent rows of a window with the newer revision",
         append(*s, {row(1, "k", 0, 0, k_final)});
         s->set_claimed(s->outbox_stats()->seq_next);
         append(*s, {row(2, "k", 0, 0, k_retract), row(3, "k", 0, 1, k_update)});
-        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 3});
+        CHECK(s->outbox_stats()->rows == 3);  // not peeked: a peek would claim rows 2 and 3
         auto c = append(*s, {row(4, "k", 0, 1, k_retract), row(5, "k", 0, 2, k_update)});
         CHECK(c.compacted == 2);
         CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 5});
@@ -231,6 +235,113 @@ TEST_CASE("compaction replaces unsent rows of a window with the newer revision",
         CHECK(b.compacted == 0);
         CHECK(ids_of(*s).size() == 3);
     }
+}
+
+TEST_CASE("a row outbox_peek returned is never compacted: it may be on the wire",
+          "[lmdb][outbox]") {
+    // The forwarder peeks up to 512 rows and publishes them one by one; nothing else tells the
+    // store. A final compacted away with its retract after it was published would leave the
+    // consumer with a result that was withdrawn.
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    append(*s, {row(1, "k", 0, 0, k_final), row(2, "j", 0, 0, k_final)});
+    SECTION("retract and correction of a peeked final both travel") {
+        REQUIRE(s->outbox_peek(0, 512).value().size() == 2);
+        auto b = append(*s, {row(3, "k", 0, 0, k_retract), row(4, "k", 0, 1, k_update),
+                             row(5, "j", 0, 1, k_update)});
+        CHECK(b.compacted == 0);
+        CHECK(b.appended == 3);
+        // Rows no peek returned are still compacted.
+        auto c = append(*s, {row(6, "k", 0, 2, k_update)});
+        CHECK(c.compacted == 1);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 3, 5, 6});
+    }
+    SECTION("only what the peek returned is claimed") {
+        REQUIRE(s->outbox_peek(0, 1).value().size() == 1);
+        auto b = append(*s, {row(3, "k", 0, 0, k_retract), row(4, "j", 0, 1, k_update)});
+        CHECK(b.compacted == 1);  // j's final was not returned: the update replaces it
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 3, 4});
+    }
+}
+
+TEST_CASE("with peeks and appends racing, a peeked row leaves the outbox only by outbox_delete",
+          "[lmdb][outbox]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    constexpr int batches = 300;
+    constexpr uint32_t windows = 4;
+    std::atomic<bool> appender_done{false};
+    std::atomic<uint64_t> compacted{0};
+    std::atomic<int> append_failures{0};
+    // The engine: every batch supersedes the rows of the one before, by upsert (odd windows) or
+    // by retract + correction (even windows).
+    std::thread appender([&] {
+        std::mt19937 pace(5);
+        uint64_t id = 1;
+        std::vector<uint32_t> revision(windows, 0);
+        for (int b = 0; b < batches; ++b) {
+            std::this_thread::sleep_for(
+                std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300)(pace)));
+            std::vector<OutboxRow> batch;
+            for (uint32_t w = 0; w < windows; ++w) {
+                const std::string key = "k" + std::to_string(w);
+                if (b == 0) {
+                    batch.push_back(row(id++, key, 0, 0, k_final));
+                } else if (w % 2 == 1) {
+                    batch.push_back(row(id++, key, 0, ++revision[w], k_update));
+                } else {
+                    batch.push_back(row(id++, key, 0, revision[w], k_retract));
+                    batch.push_back(row(id++, key, 0, ++revision[w], k_update));
+                }
+            }
+            auto r = s->outbox_append(batch);
+            if (r)
+                compacted += r->compacted;
+            else
+                ++append_failures;
+        }
+        appender_done = true;
+    });
+    // The forwarder: peeks from where it got to, publishes, and now and then gets the PUBACKs
+    // of what it published. Every row it published must still be there when it is acknowledged.
+    std::mt19937 rng(17);
+    std::vector<uint64_t> unacked;
+    uint64_t next_seq = 0, peeked = 0, lost = 0;
+    auto count_lost = [&] {
+        if (unacked.empty()) return;
+        // The rows from the oldest unacknowledged to next_seq were all peeked here and are
+        // either deleted or unacknowledged: with none lost this peek returns exactly those.
+        const std::vector<OutboxRow> rows = s->outbox_peek(unacked.front(), unacked.size()).value();
+        std::set<uint64_t> present;
+        for (const OutboxRow& r : rows)
+            present.insert(r.seq);
+        for (uint64_t seq : unacked)
+            if (!present.contains(seq)) ++lost;
+    };
+    for (;;) {
+        const bool last_round = appender_done.load();
+        auto rows = s->outbox_peek(next_seq, std::uniform_int_distribution<size_t>(1, 8)(rng));
+        REQUIRE(rows);
+        for (const OutboxRow& r : *rows)
+            unacked.push_back(r.seq);
+        peeked += rows->size();
+        if (!rows->empty()) next_seq = rows->back().seq + 1;
+        if (!unacked.empty() && std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+            count_lost();
+            REQUIRE(s->outbox_delete(unacked));
+            unacked.clear();
+        }
+        if (last_round && rows->empty()) break;
+        // Both at uneven paces: some rows are peeked as they come, some superseded unpeeked.
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+    }
+    appender.join();
+    count_lost();
+    CHECK(append_failures == 0);
+    CHECK(peeked > 100);
+    CHECK(compacted > 0);
+    CHECK(lost == 0);
 }
 
 namespace {
@@ -393,4 +504,78 @@ TEST_CASE("when_full = pause_ingest: an empty outbox takes a batch larger than t
     auto second = s->outbox_append(more);
     REQUIRE_FALSE(second);
     CHECK(second.error().code == errc::full);
+}
+
+namespace {
+// The side records of log records [from, to]: one each, two for even offsets (a record that was
+// too late for two pipelines).
+std::vector<SideRecord> side_records(uint64_t from, uint64_t to) {
+    std::vector<SideRecord> out;
+    for (uint64_t offset = from; offset <= to; ++offset)
+        for (uint32_t ordinal = 0; ordinal < (offset % 2 == 0 ? 2u : 1u); ++ordinal)
+            out.push_back({offset, ordinal,
+                           "late@" + std::to_string(offset) + "/" + std::to_string(ordinal)});
+    return out;
+}
+
+std::vector<std::string> side_records_of(Store& s) {
+    std::vector<std::string> out;
+    const std::vector<SideRow> rows = s.side_peek(0, 1 << 20).value();
+    for (const SideRow& r : rows)
+        out.push_back(r.record);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("side records regenerated by a replay are skipped by their log position",
+          "[lmdb][side]") {
+    TempDir tmp;
+    auto o = options(tmp.store());
+    {
+        auto s = open_store(o);
+        auto first = s->side_append(side_records(1, 10));
+        REQUIRE(first);
+        CHECK(first->appended == side_records(1, 10).size());
+        CHECK(first->duplicates_skipped == 0);
+    }
+    // A crash; the engine replays the log from its checkpoint at offset 5.
+    auto s = open_store(o);
+    auto replay = s->side_append(side_records(5, 15));
+    REQUIRE(replay);
+    CHECK(replay->appended == side_records(11, 15).size());
+    CHECK(replay->duplicates_skipped == side_records(5, 10).size());
+    std::vector<std::string> expect;
+    for (const SideRecord& r : side_records(1, 15))
+        expect.push_back(r.record);
+    CHECK(side_records_of(*s) == expect);
+    CHECK(s->side_stats()->duplicates_skipped == side_records(5, 10).size());
+    CHECK(s->side_stats()->rows == expect.size());
+
+    // A log record whose side records were cut between two appends: the rest still goes.
+    auto part = side_records(16, 16);
+    REQUIRE(part.size() == 2);
+    REQUIRE(s->side_append(std::span<const SideRecord>(part).first(1)));
+    auto rest = s->side_append(part);
+    REQUIRE(rest);
+    CHECK(rest->appended == 1);
+    CHECK(rest->duplicates_skipped == 1);
+    CHECK(side_records_of(*s).back() == part[1].record);
+}
+
+TEST_CASE("a store without a side high-water (older version) skips no side record",
+          "[lmdb][side]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    // What the previous version wrote: records without a position.
+    REQUIRE(s->side_append(std::vector<std::string>{"old-1", "old-2"}));
+    auto r = s->side_append(side_records(0, 1));
+    REQUIRE(r);
+    CHECK(r->appended == 3);  // offset 0 included: it is a position like any other
+    CHECK(r->duplicates_skipped == 0);
+    CHECK(side_records_of(*s) ==
+          std::vector<std::string>{"old-1", "old-2", "late@0/0", "late@0/1", "late@1/0"});
+    // Records without a position never move or meet the high-water.
+    REQUIRE(s->side_append(std::vector<std::string>{"old-3"}));
+    CHECK(s->side_append(side_records(1, 2))->appended == 2);
+    CHECK(s->side_stats()->duplicates_skipped == 1);
 }

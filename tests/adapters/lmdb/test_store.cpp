@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "adapters/lmdb/store.h"
@@ -326,6 +328,60 @@ TEST_CASE("reader slots of killed processes are cleared and counted", "[lmdb]") 
     close(fds[1]);
 }
 
+TEST_CASE("a killed reader's slot is cleared while the store runs, and its pages are reused",
+          "[lmdb]") {
+    // A `tidemark inspect` killed inside its read txn: its snapshot keeps LMDB from reusing any
+    // page freed after it, so every write takes new pages until the slot is cleared.
+    TempDir tmp;
+    auto s = open_store(tmp.store(), 1 << 26);
+    std::atomic<bool> stop{false};
+    std::atomic<int> read_failures{0};
+    // The forwarder's thread reads all along: its own slots must never count as stale.
+    std::thread forwarder([&] {
+        while (!stop.load())
+            if (!s->outbox_stats()) ++read_failures;
+    });
+    uint64_t id = 1;
+    auto write_and_delete = [&](int cycles) {
+        for (int i = 0; i < cycles; ++i) {
+            OutboxRow row;
+            row.id = id++;
+            row.payload = std::string(3000, 'x');
+            auto a = s->outbox_append(std::span<const OutboxRow>(&row, 1));
+            REQUIRE(a);
+            const uint64_t seq = s->outbox_stats()->seq_next - 1;
+            REQUIRE(s->outbox_delete(std::span<const uint64_t>(&seq, 1)));
+        }
+        return s->map_used_bytes().value();
+    };
+    write_and_delete(20);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t reader = fork_reader(tmp.store(), fds[1], true);
+    char c;
+    REQUIRE(read(fds[0], &c, 1) == 1);
+    kill(reader, SIGKILL);
+    REQUIRE(waitpid(reader, nullptr, 0) == reader);
+
+    const uint64_t pinned_before = s->map_used_bytes().value();
+    const uint64_t pinned_after = write_and_delete(200);
+    CHECK(pinned_after > pinned_before + 200 * 4096);  // each cycle took fresh pages
+
+    auto cleared = s->check_stale_readers();
+    REQUIRE(cleared);
+    CHECK(*cleared == 1);
+    CHECK(s->stale_readers_cleared() == 1);
+    const uint64_t settled = write_and_delete(20);
+    CHECK(write_and_delete(400) == settled);  // freed pages are reused: the map stops growing
+    CHECK(*s->check_stale_readers() == 0);
+
+    stop = true;
+    forwarder.join();
+    CHECK(read_failures == 0);
+    close(fds[0]);
+    close(fds[1]);
+}
+
 TEST_CASE("a read-only store reads beside a writer in another process", "[lmdb]") {
     TempDir tmp;
     { open_store(tmp.store()); }
@@ -526,4 +582,118 @@ TEST_CASE("a format 1 store is read (rows without an enqueue time) and upgraded 
     CHECK(std::string(static_cast<const char*>(v.mv_data), v.mv_size) == le64(2));
     mdb_txn_abort(txn);
     mdb_env_close(env);
+}
+
+namespace {
+// Scattered ids and keys: deletes touch pages all over the id and window indexes, as they do
+// when results of many keys interleave.
+OutboxRow scattered_row(uint64_t n, size_t payload_bytes) {
+    OutboxRow row;
+    row.id = n * 0x9E3779B97F4A7C15ull;
+    row.pipeline = "p";
+    row.key = "k" + std::to_string(row.id % 100'000);
+    row.window_start_ms = static_cast<int64_t>(n % 7) * 60'000;
+    row.window_end_ms = row.window_start_ms + 60'000;
+    row.payload = std::string(payload_bytes, 'x');
+    return row;
+}
+}  // namespace
+
+TEST_CASE("a map filled to MAP_FULL can still be emptied: deletes, id pruning, side deletes",
+          "[lmdb]") {
+    const size_t payload_bytes = GENERATE(40, 300, 1500, 5000);
+    INFO("payload " << payload_bytes);
+    TempDir tmp;
+    StoreOptions o;
+    o.dir = tmp.store();
+    o.map_size_bytes = 1 << 20;
+    o.outbox_bytes_max = uint64_t{1} << 30;  // the map, not the outbox bound, must stop it
+    o.side_bytes_max = uint64_t{1} << 30;
+    auto opened = Store::open(o);
+    REQUIRE(opened);
+    auto& s = *opened;
+    std::vector<std::string> side;
+    for (int i = 0; i < 40; ++i)
+        side.push_back("side " + std::string(payload_bytes, 's') + std::to_string(i));
+    REQUIRE(s->side_append(side));
+    // Batches first, then single rows: the map ends as full as appends can make it.
+    uint64_t n = 1;
+    for (size_t batch_rows : {64, 8, 1}) {
+        for (;;) {
+            std::vector<OutboxRow> batch;
+            for (size_t i = 0; i < batch_rows; ++i)
+                batch.push_back(scattered_row(n + i, payload_bytes));
+            auto r = s->outbox_append(batch);
+            if (!r) {
+                REQUIRE(r.error().code == errc::map_full);
+                break;
+            }
+            n += batch_rows;
+        }
+    }
+    for (;;) {
+        auto r = s->side_append(std::span<const std::string>(side).first(1));
+        if (!r) {
+            REQUIRE(r.error().code == errc::map_full);
+            break;
+        }
+    }
+    const auto full = s->outbox_stats().value();
+    REQUIRE(full.rows > 20);
+
+    // Each of them works from the full map; the firmware trims with whichever applies.
+    auto delete_outbox = [&] {
+        std::vector<uint64_t> seqs;
+        const std::vector<OutboxRow> rows = s->outbox_peek(0, 1 << 20).value();
+        for (const OutboxRow& r : rows)
+            seqs.push_back(r.seq);
+        REQUIRE(seqs.size() == full.rows);
+        auto deleted = s->outbox_delete(seqs);
+        INFO((deleted ? "" : deleted.error().message));
+        REQUIRE(deleted);
+        CHECK(s->outbox_stats()->rows == 0);
+        CHECK(s->outbox_stats()->bytes == 0);
+    };
+    auto prune_ids = [&] {
+        auto pruned = s->prune_ids(full.seq_next);
+        INFO((pruned ? "" : pruned.error().message));
+        REQUIRE(pruned);
+        CHECK(*pruned == full.seq_next - 1);
+    };
+    auto delete_side = [&] {
+        std::vector<uint64_t> side_seqs;
+        const std::vector<SideRow> side_rows = s->side_peek(0, 1 << 20).value();
+        for (const SideRow& r : side_rows)
+            side_seqs.push_back(r.seq);
+        auto side_deleted = s->side_delete(side_seqs);
+        INFO((side_deleted ? "" : side_deleted.error().message));
+        REQUIRE(side_deleted);
+        CHECK(s->side_stats()->rows == 0);
+    };
+    SECTION("outbox_delete first") {
+        delete_outbox();
+        prune_ids();
+        delete_side();
+    }
+    SECTION("prune_ids first") {
+        prune_ids();
+        delete_side();
+        delete_outbox();
+    }
+    SECTION("side_delete first") {
+        delete_side();
+        delete_outbox();
+        prune_ids();
+    }
+
+    // The space is usable again.
+    auto side_again = s->side_append(side);
+    INFO((side_again ? "" : side_again.error().message));
+    REQUIRE(side_again);
+    for (uint64_t i = 0; i < full.rows / 2; ++i) {
+        auto row = scattered_row(n + i, payload_bytes);
+        auto r = s->outbox_append(std::span<const OutboxRow>(&row, 1));
+        INFO("row " << i << ": " << (r ? "" : r.error().message));
+        REQUIRE(r);
+    }
 }

@@ -1,8 +1,11 @@
 // Power loss, simulated: the newest segment is cut at every byte of its last records, or has
-// them garbled, or carries junk after them. Reopening keeps every record before the damage,
-// nothing after it, counts the cut, and appends go on from there.
+// them garbled, or carries junk after them. Reopening keeps every valid record, cuts only a
+// torn tail (invalid bytes with nothing valid after them), counts the cut, and appends go on
+// from there; a garbled record with valid ones after it is damage in the middle: skipped by
+// readers and counted, never cut.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "adapters/log/segment_files.h"
@@ -34,9 +37,10 @@ struct Fixture {
     }
 
     // Copies the log, lets `damage` edit the newest segment, reopens and checks that exactly
-    // the records ending at or before `kept_end` survive.
+    // the records ending at or before `kept_end` survive, but for `skipped` (a record damaged
+    // in the middle: its bytes stay, readers pass over them).
     template <typename Damage>
-    void check(Damage damage, uint64_t kept_end) {
+    void check(Damage damage, uint64_t kept_end, std::optional<size_t> skipped = std::nullopt) {
         TempDir work{true};
         std::string dir = work.sub("log");
         std::filesystem::copy(original(), dir);
@@ -46,8 +50,8 @@ struct Fixture {
 
         auto writer = open_writer(options_for(dir, 700));
         std::vector<Owned> kept;
-        for (const auto& r : expected) {
-            if (r.next_offset <= kept_end) kept.push_back(r);
+        for (size_t i = 0; i < expected.size(); ++i) {
+            if (expected[i].next_offset <= kept_end && i != skipped) kept.push_back(expected[i]);
         }
         uint64_t good_end = kept.empty() ? 0 : kept.back().next_offset;
         REQUIRE(writer->end_offset() == good_end);
@@ -56,6 +60,9 @@ struct Fixture {
         uint64_t cut = last_segment_first + damaged_bytes - good_end;
         REQUIRE(stats.tail_bytes_cut == cut);
         REQUIRE(stats.tail_truncations == (cut > 0 ? 1u : 0u));
+        REQUIRE(stats.damaged_regions == (skipped ? 1u : 0u));
+        REQUIRE(stats.damaged_bytes ==
+                (skipped ? expected[*skipped].next_offset - expected[*skipped].offset : 0u));
         REQUIRE(std::filesystem::file_size(path) == good_end - last_segment_first);
         REQUIRE(read_all(dir) == kept);
 
@@ -86,8 +93,11 @@ TEST_CASE("power loss: a garbled byte anywhere in the last three records", "[log
     Fixture f;
     for (size_t k = f.expected.size() - 3; k < f.expected.size(); ++k) {
         const Owned& victim = f.expected[k];
+        const bool last = k + 1 == f.expected.size();
         for (uint64_t at = victim.offset; at < victim.next_offset; ++at) {
             INFO("garbled byte at offset " << at << " in record " << k);
+            // The last record is a torn tail and goes; an earlier one has valid records after
+            // it: damage in the middle, skipped, and nothing after it is cut.
             f.check(
                 [&](const std::string& path) {
                     std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -98,7 +108,8 @@ TEST_CASE("power loss: a garbled byte anywhere in the last three records", "[log
                     file.seekp(pos);
                     file.put(static_cast<char>(c ^ 0xA5));
                 },
-                victim.offset);
+                last ? victim.offset : f.expected.back().next_offset,
+                last ? std::nullopt : std::optional<size_t>(k));
         }
     }
 }

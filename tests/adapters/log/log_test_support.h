@@ -3,9 +3,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
+#include "adapters/log/segment_files.h"
 
 namespace tidemark::log::test {
 
@@ -94,6 +97,33 @@ inline Owned append(LogWriter& writer, RecordType type, int64_t ingest_ms, const
     REQUIRE(offset.has_value());
     // The stored ingest time: the writer never lets it go back.
     return Owned{*offset, writer.end_offset(), type, writer.stats().last_ingest_ms, topic, payload};
+}
+
+/// XORs the byte at `at` of a file with `mask`: a flipped bit, a bad sector's worth of one.
+inline void flip_byte(const std::string& path, uint64_t at, char mask = 0x5A) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(c ^ mask));
+}
+
+/// The segment file of `dir` that holds global offset `offset`.
+inline SegmentFile segment_holding(const std::string& dir, uint64_t offset) {
+    auto segments = list_segments(dir).value();
+    auto it = std::ranges::upper_bound(segments, offset, {}, &SegmentFile::first_offset);
+    REQUIRE(it != segments.begin());
+    return *std::prev(it);
+}
+
+/// `records` without the ones at the given indexes.
+inline std::vector<Owned> without(std::vector<Owned> records, std::vector<size_t> indexes) {
+    std::ranges::sort(indexes, std::greater<>());
+    for (size_t i : indexes)
+        records.erase(records.begin() + static_cast<long>(i));
+    return records;
 }
 
 inline std::string payload_of(size_t i, size_t bytes) {

@@ -1,0 +1,66 @@
+// Reading a segment file frame by frame, and finding where frames resume after damage: shared
+// by the writer's open() scan and the reader's resynchronisation, so that both draw the line
+// between a torn tail and damage in the middle in the same place.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "adapters/log/record.h"
+#include "core/result.h"
+
+namespace tidemark::log {
+
+/// Reads exactly n bytes at pos unless the file ends first; returns the count read.
+Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::string& path);
+
+/// The bytes of one segment file up to a limit, read a block at a time: a syscall per block,
+/// not per frame or per byte searched.
+/// Limits: memory is one block, or one frame where a frame is larger (at most
+/// frame_header_bytes + record_body_bytes_max). The file is not locked: if it shrinks while
+/// being read, views come back shorter than asked.
+class SegmentWindow {
+  public:
+    /// fd stays the caller's; path only names the file in errors.
+    SegmentWindow(int fd, std::string path, uint64_t file_bytes, size_t block_bytes);
+    /// The file's bytes [pos, pos + n), cut short where file_bytes (or the file) ends first.
+    /// Valid until the next call.
+    Result<std::string_view> view(uint64_t pos, uint64_t n);
+    /// Decodes the frame at pos (see decode_frame), reading as much of the file as it needs.
+    Result<FrameStatus> decode_at(uint64_t pos, Record& out, uint64_t& frame_bytes_out);
+    /// The limit given, or less once a read found the file shorter.
+    uint64_t file_bytes() const { return file_bytes_; }
+    const std::string& path() const { return path_; }
+
+  private:
+    const int fd_;
+    const std::string path_;
+    uint64_t file_bytes_;
+    const size_t block_bytes_;
+    std::vector<char> buffer_;  // allocated on the first read
+    uint64_t buffer_pos_ = 0;   // file position of buffer_[0]
+    size_t have_ = 0;
+};
+
+/// Where frames resume after damage at file position damaged_at: the first position after it
+/// where a frame starts that decodes ok, ends within window.file_bytes(), and whose ingest time
+/// is at least ingest_ms_min (the log's ingest time never decreases, so an older "frame" is a
+/// payload's bytes, not a record). `after_damaged_frame` is where the damaged frame's own
+/// length field says the next frame starts (given after a CRC mismatch, when the damage may be
+/// in the body or in the length). If a valid frame starts there and the search finds another
+/// before it, the earlier one wins only if valid frames chain from it to there or past it (the
+/// length field was damaged); otherwise it lies in the damaged record's payload and the length
+/// field is believed. nullopt: no frame follows; at the end of the newest segment, that is a
+/// torn tail.
+/// Limits: a byte-by-byte search that computes a CRC only where peek_frame_head() passes,
+/// linear in the bytes searched unless the data is made to pass that filter. Random bytes pass
+/// for a frame with a 2^-32 chance; a payload built to hold frames with a plausible ingest time
+/// can be taken for records when the damage lands just before it.
+Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t damaged_at,
+                                                std::optional<uint64_t> after_damaged_frame,
+                                                int64_t ingest_ms_min);
+
+}  // namespace tidemark::log
