@@ -511,9 +511,10 @@ class Pipeline {
             }
             stats_.watermark_ms = wm == time_max ? time_min : wm;
         } else {
-            stats_.watermark_ms = global_.idle && clock_trusted_
-                                      ? std::max(global_.watermark, idle_watermark(global_, now_ms_))
-                                      : global_.watermark;
+            stats_.watermark_ms =
+                global_.idle && clock_trusted_
+                    ? std::max(global_.watermark, idle_watermark(global_, now_ms_))
+                    : global_.watermark;
         }
         return stats_;
     }
@@ -840,6 +841,9 @@ class Pipeline {
         if (k.partition == p) return;
         Partition* old = k.partition;
         k.partition = p;
+        // The key's meta record names its partition: a restore must see the move.
+        k.meta_dirty = true;
+        if (p) mark_dirty(k);
         if (p) ++p->keys;
         if (old) {
             TM_ASSERT(old->keys > 0);
@@ -1263,11 +1267,11 @@ class Pipeline {
         ++(keys ? stats_.keys_refused : stats_.windows_refused);
         if (spec_.late.too_late != TooLate::side_output) return;
         const auto [start, end] = new_event_window(t);
-        side_output(sink, key, event, t, start, end, watermark,
-                    "refused: " + std::string(limit) + " " +
-                        std::to_string(keys ? spec_.limits.keys_max
-                                            : spec_.limits.open_windows_max) +
-                        " reached");
+        side_output(
+            sink, key, event, t, start, end, watermark,
+            "refused: " + std::string(limit) + " " +
+                std::to_string(keys ? spec_.limits.keys_max : spec_.limits.open_windows_max) +
+                " reached");
     }
 
     void side_output(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
@@ -1807,9 +1811,9 @@ class Pipeline {
         bytes::put_i64(value, now_ms_);
         put_domain(value, global_);
         const uint64_t counters[] = {
-            stats_.events_in,       stats_.late_updated,    stats_.too_late,
-            stats_.side_outputs,    stats_.clamped,         stats_.keys_refused,
-            stats_.windows_refused, stats_.emitted_final,   stats_.emitted_update,
+            stats_.events_in,       stats_.late_updated,     stats_.too_late,
+            stats_.side_outputs,    stats_.clamped,          stats_.keys_refused,
+            stats_.windows_refused, stats_.emitted_final,    stats_.emitted_update,
             stats_.emitted_retract, stats_.too_late_partial, stats_.partitions_forgotten};
         bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
         for (uint64_t c : counters)
@@ -1834,9 +1838,9 @@ class Pipeline {
     Result<void> read_meta(std::string_view in) {
         uint32_t n;
         uint64_t* counters[] = {
-            &stats_.events_in,       &stats_.late_updated,    &stats_.too_late,
-            &stats_.side_outputs,    &stats_.clamped,         &stats_.keys_refused,
-            &stats_.windows_refused, &stats_.emitted_final,   &stats_.emitted_update,
+            &stats_.events_in,       &stats_.late_updated,     &stats_.too_late,
+            &stats_.side_outputs,    &stats_.clamped,          &stats_.keys_refused,
+            &stats_.windows_refused, &stats_.emitted_final,    &stats_.emitted_update,
             &stats_.emitted_retract, &stats_.too_late_partial, &stats_.partitions_forgotten};
         // Format 2 stored the first ten counters.
         if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
@@ -1857,8 +1861,7 @@ class Pipeline {
             too_late_windows_.push_back({{s, e}, c});
         }
         if (!in.empty()) {
-            if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 2 || in[0] > 1 ||
-                in[1] > 1)
+            if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 2 || in[0] > 1 || in[1] > 1)
                 return fail("damaged meta record of pipeline '" + spec_.name + "'");
             scope_seen_ = in[0];
             clock_trusted_ = in[1] != 0;
@@ -1927,8 +1930,8 @@ class Pipeline {
     std::vector<std::string> erased_;
     bool meta_seen_ = false;
     uint64_t fingerprint_seen_ = 0;
-    int scope_seen_ = -1;  // -1: a meta record written before the scope was stored
-    bool clock_trusted_ = true;  // see Engine::set_clock
+    int scope_seen_ = -1;          // -1: a meta record written before the scope was stored
+    bool clock_trusted_ = true;    // see Engine::set_clock
     bool scope_mismatch_ = false;  // a partition record of the other scope was restored
     // What the last checkpoint wrote, until the next one (or checkpoint_failed) settles it.
     std::vector<std::string> pending_erased_;

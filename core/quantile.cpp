@@ -248,9 +248,8 @@ bool QuantileSketch::decode(std::string_view& in) {
         if (!bytes::get_f64(in, min) || !bytes::get_f64(in, max)) return false;
         if (std::isnan(min) || std::isnan(max)) return false;
     }
-    if (!bytes::get_u32(in, buckets_max) ||
-        !bytes::get_u64(in, count) || !bytes::get_u64(in, zero_count) ||
-        !bytes::get_u64(in, collapsed_count)) {
+    if (!bytes::get_u32(in, buckets_max) || !bytes::get_u64(in, count) ||
+        !bytes::get_u64(in, zero_count) || !bytes::get_u64(in, collapsed_count)) {
         return false;
     }
     if (!(relative_error >= relative_error_min && relative_error < 1) || buckets_max == 0) {

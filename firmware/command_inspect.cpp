@@ -322,9 +322,8 @@ void print_text(const json& j, std::ostream& out) {
                     << (p["watermark_lag_ms"].is_null()
                             ? std::string("none yet")
                             : p["watermark_lag_ms"].dump() + " ms behind ingest")
-                    << "), partitions "
-                    << p["partitions"]["active"] << " active, " << p["partitions"]["idle"]
-                    << " idle\n"
+                    << "), partitions " << p["partitions"]["active"] << " active, "
+                    << p["partitions"]["idle"] << " idle\n"
                     << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
                     << ", too late " << p["too_late"] << ", clamped " << p["clamped"]
                     << ", malformed " << p["malformed"] << ", fields missing "
@@ -427,7 +426,8 @@ int inspect_command(const InspectOptions& options) {
         return 1;
     }
 
-    if (!options.drop_pipeline.empty()) return drop_pipeline(data_dir, config, options.drop_pipeline);
+    if (!options.drop_pipeline.empty())
+        return drop_pipeline(data_dir, config, options.drop_pipeline);
 
     const int64_t now_ms = wall_ms();
     json j;

@@ -233,10 +233,10 @@ struct ServiceParts::Impl {
     std::atomic<uint64_t> append_errors{0};
     std::atomic<bool> append_alarm{false};
     mutable std::mutex alarm_mutex;
-    std::string append_error;  // the latest log append failure, for health
-    std::string outbox_alarm;  // outbox_full | map_full | disk_full, while it lasts
-    std::string checkpoint_alarm;  // set by a failed checkpoint until one commits
-    ClockStatus clock;             // as last read by refresh_clock()
+    std::string append_error;       // the latest log append failure, for health
+    std::string outbox_alarm;       // outbox_full | map_full | disk_full, while it lasts
+    std::string checkpoint_alarm;   // set by a failed checkpoint until one commits
+    ClockStatus clock;              // as last read by refresh_clock()
     uint64_t pruned_below_seq = 0;  // outbox seq of the last committed checkpoint
 
     mutable std::mutex health_mutex;
@@ -302,8 +302,9 @@ struct ServiceParts::Impl {
         size_t first = segments->size() - 1;
         for (;;) {
             tail.clear();
-            if (auto ok = (*tail_reader)->seek(std::max((*segments)[first].first_offset,
-                                                        writer->first_offset()));
+            if (auto ok =
+                    (*tail_reader)
+                        ->seek(std::max((*segments)[first].first_offset, writer->first_offset()));
                 !ok)
                 return std::unexpected(ok.error());
             log::Record rec;
@@ -327,21 +328,24 @@ struct ServiceParts::Impl {
     // sent). Keeping the state would refuse every start, a crash loop.
     Result<void> drop_removed_pipelines() {
         std::vector<std::string> removed;
-        auto listed = store->for_each_state([&](std::string_view k, std::string_view) -> Result<void> {
-            const auto name = core::Engine::pipeline_of_state_key(k);
-            if (name && processor->engine().find_pipeline(*name) < 0 &&
-                std::find(removed.begin(), removed.end(), *name) == removed.end())
-                removed.push_back(*name);
-            return {};
-        });
+        auto listed =
+            store->for_each_state([&](std::string_view k, std::string_view) -> Result<void> {
+                const auto name = core::Engine::pipeline_of_state_key(k);
+                if (name && processor->engine().find_pipeline(*name) < 0 &&
+                    std::find(removed.begin(), removed.end(), *name) == removed.end())
+                    removed.push_back(*name);
+                return {};
+            });
         if (!listed) return fail("reading state: " + listed.error().message);
         for (const std::string& name : removed) {
             auto dropped = store->drop_prefix(core::Engine::state_prefix(name));
-            if (!dropped) return fail("dropping the state of removed pipeline '" + name +
-                                      "': " + dropped.error().message);
-            spdlog::warn("pipeline '{}' is no longer in the config: its state ({} records) was "
-                         "dropped; its results already in the outbox are still sent",
-                         name, *dropped);
+            if (!dropped)
+                return fail("dropping the state of removed pipeline '" + name +
+                            "': " + dropped.error().message);
+            spdlog::warn(
+                "pipeline '{}' is no longer in the config: its state ({} records) was "
+                "dropped; its results already in the outbox are still sent",
+                name, *dropped);
         }
         return {};
     }
@@ -426,10 +430,11 @@ Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& c
         spdlog::warn("log: cut a torn tail of {} bytes (a crash or power loss during a write)",
                      ls.tail_bytes_cut);
     if (ls.damaged_regions)
-        spdlog::error("log: {} damaged regions ({} bytes) in the newest segment, with valid "
-                      "records after them: those are kept and read, the damaged bytes skipped "
-                      "(a failing disk or a bad sector?)",
-                      ls.damaged_regions, ls.damaged_bytes);
+        spdlog::error(
+            "log: {} damaged regions ({} bytes) in the newest segment, with valid "
+            "records after them: those are kept and read, the damaged bytes skipped "
+            "(a failing disk or a bad sector?)",
+            ls.damaged_regions, ls.damaged_bytes);
 
     auto processor = Processor::create(c);
     if (!processor) return std::unexpected(processor.error());
@@ -448,7 +453,8 @@ Result<uint64_t> ServiceParts::recover(const std::function<bool()>& wait_for_roo
     if (!cp) return fail(cp.error().message);
     uint64_t offset = m.writer->first_offset();
     if (*cp) {
-        if (auto dropped = m.drop_removed_pipelines(); !dropped) return std::unexpected(dropped.error());
+        if (auto dropped = m.drop_removed_pipelines(); !dropped)
+            return std::unexpected(dropped.error());
         auto loaded = m.store->for_each_state([&](std::string_view k, std::string_view v) {
             return m.processor->restore_entry(k, v);
         });

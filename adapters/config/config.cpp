@@ -635,8 +635,8 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
     }
     if (!c.expect_object(*j, p, R"({"uri": "tcp://127.0.0.1:1883"})")) return;
     c.check_keys(*j, p,
-                 {"uri", "client_id", "username", "password_file", "tls", "max_payload",
-                  "retained", "clock"});
+                 {"uri", "client_id", "username", "password_file", "tls", "max_payload", "retained",
+                  "clock"});
     if (c.read_string(*j, p, "uri", source.uri,
                       "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"")) {
         check_uri(c, p + "/uri", source.uri);

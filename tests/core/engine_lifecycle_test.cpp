@@ -70,7 +70,8 @@ TEST_CASE("partitions going idle at different instants are taken one instant at 
         // later; which windows close, how, and with what, must not depend on them.
         std::string out;
         for (const auto& o : d.rec.out)
-            out += o.text.substr(0, o.text.find(" wm ")) + o.text.substr(o.text.find(" id ")) + "\n";
+            out +=
+                o.text.substr(0, o.text.find(" wm ")) + o.text.substr(o.text.find(" id ")) + "\n";
         return out;
     };
     CHECK(run(true) == run(false));
@@ -208,8 +209,8 @@ TEST_CASE("a too-late event from a new partition counts as too late, not as refu
     auto spec = make_spec(WindowType::tumbling, minute);
     spec.limits.keys_max = 1;
     Driver d(spec);
-    d.feed({1'000, "a", 10 * minute, 1});   // watermark 10 min
-    d.feed({2'000, "b", 1 * minute, 1});    // its window ended long ago
+    d.feed({1'000, "a", 10 * minute, 1});  // watermark 10 min
+    d.feed({2'000, "b", 1 * minute, 1});   // its window ended long ago
     CHECK(d.stats().too_late == 1);
     CHECK(d.stats().keys_refused == 0);
 }
@@ -320,8 +321,8 @@ TEST_CASE("a checkpoint whose transaction failed is written again by the next on
     spec.late.allowed_lateness_ms = 5 * second;
     std::vector<Input> in;
     for (int i = 0; i < 300; ++i)
-        in.push_back({i * 1'000, "k" + std::to_string(i % 7), i * 1'000 - (i % 5) * 3'000,
-                      double(i)});
+        in.push_back(
+            {i * 1'000, "k" + std::to_string(i % 7), i * 1'000 - (i % 5) * 3'000, double(i)});
     const int64_t end = in.back().ingest_ms + 3'000'000'000;
     Driver whole(spec);
     whole.feed_all(in);
