@@ -131,8 +131,7 @@ TEST_CASE("a removed pipeline's state is dropped; a changed one stops without a 
     rig.daemon->start();
     wait_log(rig, "ingest: connected", 2);
     INFO(rig.daemon_log());
-    CHECK(rig.daemon_log().find("pipeline 'gone' is no longer in the config") !=
-          std::string::npos);
+    CHECK(rig.daemon_log().find("pipeline 'gone' is no longer in the config") != std::string::npos);
     CHECK(rig.daemon->terminate() == 0);
 
     // Changed: exits 78 (no restart by systemd), saying what to do.
