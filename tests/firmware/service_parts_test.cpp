@@ -1,0 +1,155 @@
+// The engine host in-process, over a real log and a real LMDB store (no broker): what a crash,
+// a failed checkpoint and a recovery leave in the outbox and the side store (issue 17).
+#include <cerrno>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_writer.h"
+#include "fault_io.h"
+#include "firmware/service_parts.h"
+#include "tests/support/broker.h"
+
+using namespace tidemark;
+using tidemark::test::TempDir;
+
+namespace {
+
+// fsync never: step() reads what was written, so the test needs no ticker.
+std::string config_json(const std::string& data_dir, const std::string& too_late) {
+    return R"({"node_id": "gw", "data_dir": ")" + data_dir + R"(",
+      "storage": {"fsync": "never"},
+      "source": {"uri": "tcp://127.0.0.1:1883"},
+      "pipelines": [{"name": "p", "topic": "t/+", "key": "topic:1",
+        "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+        "window": {"type": "tumbling", "size": "10s"},
+        "watermark": {"delay": "0s", "idle_timeout": "1h", "max_future": "1h",
+                      "scope": "partition"},
+        "late": {"allowed_lateness": "5s", "too_late": ")" +
+           too_late + R"(", "corrections": "upsert"},
+        "aggregates": {"n": {"fn": "count"}, "s": {"fn": "sum", "field": "v"}}}]})";
+}
+
+config::Config load(const std::string& data_dir, const std::string& too_late = "drop") {
+    auto c = config::parse_config(config_json(data_dir, too_late), "/");
+    INFO((c ? std::string() : config::format_errors(c.error())));
+    REQUIRE(c);
+    return *c;
+}
+
+std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& c) {
+    auto parts = firmware::ServiceParts::open(c);
+    INFO((parts ? std::string() : parts.error().message));
+    REQUIRE(parts);
+    auto recovered = (*parts)->recover([] { return false; });
+    INFO((recovered ? std::string() : recovered.error().message));
+    REQUIRE(recovered);
+    return std::move(*parts);
+}
+
+// Device d (of 7) reports once a second; every 50th message is 30 s old (too late). Scope
+// partition: each device's windows close on its own watermark.
+void append_messages(firmware::ServiceParts& parts, int from, int to) {
+    for (int i = from; i < to; ++i) {
+        const int64_t ingest = 1'000'000 + i * 1'000;
+        const int64_t ts = i % 50 == 49 ? ingest - 30'000 : ingest;
+        const std::string topic = "t/d" + std::to_string(i % 7);
+        const std::string payload =
+            R"({"ts": )" + std::to_string(ts) + R"(, "v": )" + std::to_string(i) + "}";
+        REQUIRE(parts.log().append(log::RecordType::message, ingest, topic, payload));
+        // Device x reports only for ten seconds, then once much later: its window stays open
+        // in between (its own watermark does not move), written by one checkpoint only.
+        if ((i >= 250 && i < 260) || i == 590)
+            REQUIRE(parts.log().append(log::RecordType::message, ingest, "t/x",
+                                       R"({"ts": )" + std::to_string(ingest) + R"(, "v": 1})"));
+    }
+}
+
+void step_all(firmware::ServiceParts& parts) {
+    for (;;) {
+        auto n = parts.step(4096, /*drain=*/true);
+        REQUIRE(n);
+        if (*n == 0) return;
+    }
+}
+
+// The outbox as a consumer would read it: (id, payload) in seq order.
+std::vector<std::pair<uint64_t, std::string>> outbox(firmware::ServiceParts& parts) {
+    auto rows = parts.store().outbox_peek(0, 1'000'000);
+    REQUIRE(rows);
+    std::vector<std::pair<uint64_t, std::string>> out;
+    for (auto& r : *rows)
+        out.emplace_back(r.id, r.payload);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint that failed to commit is written again by the next one") {
+    // The reference: every checkpoint commits.
+    TempDir ref_dir;
+    std::vector<std::pair<uint64_t, std::string>> expected;
+    {
+        auto parts = open_parts(load(ref_dir.path()));
+        for (int part = 0; part < 6; ++part) {
+            append_messages(*parts, part * 100, part * 100 + 100);
+            step_all(*parts);
+            REQUIRE(parts->checkpoint());
+        }
+        expected = outbox(*parts);
+    }
+    REQUIRE(expected.size() > 50);
+
+    // The same, but the third checkpoint's commit fails (its fdatasync reports EIO, as Linux
+    // does when writeback failed), and the process dies after the fifth.
+    TempDir dir;
+    const config::Config c = load(dir.path());
+    {
+        auto parts = open_parts(c);
+        for (int part = 0; part < 5; ++part) {
+            append_messages(*parts, part * 100, part * 100 + 100);
+            step_all(*parts);
+            if (part == 2) {
+                tm_fault_watch("state/data.mdb");
+                tm_fault_arm(TM_FAULT_FDATASYNC, EIO);
+                CHECK_FALSE(parts->checkpoint());
+                tm_fault_clear();
+            } else {
+                REQUIRE(parts->checkpoint());
+            }
+        }
+        append_messages(*parts, 500, 550);  // logged, processed, not checkpointed: a crash
+        step_all(*parts);
+    }
+    auto parts = open_parts(c);  // recovery: the fifth checkpoint, then the log after it
+    append_messages(*parts, 550, 600);
+    step_all(*parts);
+    CHECK(outbox(*parts) == expected);
+}
+
+TEST_CASE("side output is not appended again when recovery replays the log") {
+    TempDir dir;
+    const config::Config c = load(dir.path(), "side_output");
+    uint64_t rows = 0;
+    {
+        auto parts = open_parts(c);
+        append_messages(*parts, 0, 200);  // too-late events at 49, 99, 149, 199
+        step_all(*parts);
+        auto side = parts->store().side_stats();
+        REQUIRE(side);
+        rows = side->rows;
+        REQUIRE(rows > 0);
+        // No checkpoint: the next start replays every record above.
+    }
+    for (int restart = 0; restart < 2; ++restart) {
+        auto parts = open_parts(c);
+        step_all(*parts);
+        auto side = parts->store().side_stats();
+        REQUIRE(side);
+        CHECK(side->rows == rows);
+    }
+}
