@@ -214,3 +214,52 @@ TEST_CASE("inspect says so and exits 1 for a missing data_dir or an empty store"
     firmware::InspectOptions neither;
     CHECK(firmware::inspect_command(neither) == 2);
 }
+
+TEST_CASE("inspect shows no watermark lag while a pipeline has no watermark yet") {
+    // Only ticks so far: the watermark is at its minimum, and ingest minus it does not fit an
+    // int64 (it overflowed in inspect, which lacked the guard health had).
+    test::TempDir dir("tidemark-inspect");
+    const std::string config_path = dir.path() + "/config.json";
+    test::write_file(config_path, test::config_text(dir.path(), pipeline_json));
+    auto config = config::load_config_file(config_path);
+    REQUIRE(config);
+    {
+        auto writer = test::open_log(dir.path() + "/log");
+        for (int64_t s = 0; s < 5; ++s)
+            test::append(*writer, log::RecordType::tick, start_ms + s * 1'000);
+        REQUIRE(writer->sync());
+    }
+    auto processor = firmware::Processor::create(*config);
+    REQUIRE(processor);
+    auto reader = log::LogReader::open(dir.path() + "/log");
+    REQUIRE(reader);
+    CollectSink sink;
+    log::Record rec;
+    uint64_t end_offset = 0;
+    for (;;) {
+        auto next = (*reader)->next(rec);
+        REQUIRE(next);
+        if (!*next) break;
+        (*processor)->feed(rec, sink);
+        end_offset = rec.next_offset;
+    }
+    {
+        lmdb::StoreOptions so;
+        so.dir = dir.path() + "/state";
+        auto store = lmdb::Store::open(so);
+        REQUIRE(store);
+        auto txn = (*store)->begin_checkpoint();
+        REQUIRE(txn);
+        (*processor)->checkpoint(**txn);
+        lmdb::CheckpointMeta meta;
+        meta.log_offset = end_offset;
+        meta.checkpoint_ms = start_ms + 5'000;
+        REQUIRE((*txn)->commit(meta));
+    }
+    firmware::InspectOptions options;
+    options.config_path = config_path;
+    options.json = true;
+    const json j = inspect_json(options, 0);
+    REQUIRE(j["pipelines"]["list"].size() == 1);
+    CHECK(j["pipelines"]["list"][0]["watermark_lag_ms"].is_null());
+}
