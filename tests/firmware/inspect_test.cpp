@@ -81,6 +81,22 @@ Written write_log(const std::string& dir) {
     return w;
 }
 
+// The service's path over the whole log; returns the offset after the last record.
+uint64_t feed_log(firmware::Processor& processor, const std::string& log_dir, CollectSink& sink) {
+    auto reader = log::LogReader::open(log_dir);
+    REQUIRE(reader);
+    log::Record rec;
+    uint64_t end_offset = 0;
+    for (;;) {
+        auto next = (*reader)->next(rec);
+        REQUIRE(next);
+        if (!*next) break;
+        processor.feed(rec, sink);
+        end_offset = rec.next_offset;
+    }
+    return end_offset;
+}
+
 json inspect_json(const firmware::InspectOptions& options, int expected_rc) {
     test::CaptureStdout capture;
     REQUIRE(firmware::inspect_command(options) == expected_rc);
@@ -100,18 +116,8 @@ TEST_CASE("inspect --json shows the log, checkpoint, pipelines, outbox and side 
     // The service's path: the processor over the log, then one checkpoint at its end.
     auto processor = firmware::Processor::create(*config);
     REQUIRE(processor);
-    auto reader = log::LogReader::open(dir.path() + "/log");
-    REQUIRE(reader);
     CollectSink sink;
-    log::Record rec;
-    uint64_t end_offset = 0;
-    for (;;) {
-        auto next = (*reader)->next(rec);
-        REQUIRE(next);
-        if (!*next) break;
-        (*processor)->feed(rec, sink);
-        end_offset = rec.next_offset;
-    }
+    const uint64_t end_offset = feed_log(**processor, dir.path() + "/log", sink);
     const core::PipelineStats live = (*processor)->engine().stats(0);
     REQUIRE(live.open_windows > 0);
     REQUIRE(sink.side.size() == 2);
@@ -231,18 +237,8 @@ TEST_CASE("inspect shows no watermark lag while a pipeline has no watermark yet"
     }
     auto processor = firmware::Processor::create(*config);
     REQUIRE(processor);
-    auto reader = log::LogReader::open(dir.path() + "/log");
-    REQUIRE(reader);
     CollectSink sink;
-    log::Record rec;
-    uint64_t end_offset = 0;
-    for (;;) {
-        auto next = (*reader)->next(rec);
-        REQUIRE(next);
-        if (!*next) break;
-        (*processor)->feed(rec, sink);
-        end_offset = rec.next_offset;
-    }
+    const uint64_t end_offset = feed_log(**processor, dir.path() + "/log", sink);
     {
         lmdb::StoreOptions so;
         so.dir = dir.path() + "/state";
