@@ -595,17 +595,49 @@ class Pipeline {
     // See Engine::set_clock.
     void set_clock(bool trusted, int64_t now_ms) {
         if (trusted == clock_trusted_) return;
-        clock_trusted_ = trusted;
-        if (!trusted) return;
-        // The step from the unsynchronised clock to the real one is not time that passed: every
-        // partition's silence and every idle watermark starts again from now, where they were.
-        activity_.clear();
+        if (!trusted) {
+            hold_idle_watermarks();
+            clock_trusted_ = false;
+            return;
+        }
+        // The step from the unsynchronised clock to the real one is not time that passed.
+        clock_trusted_ = true;
+        restart_silence(now_ms);
+    }
+
+    // See Engine::resume.
+    void resume(int64_t now_ms) {
+        if (clock_trusted_) hold_idle_watermarks();
+        restart_silence(now_ms);
+    }
+
+    // Idle watermarks take what ingest time gave them up to the last record, and stop there.
+    // What that reaches fires at the next step (fire_due, or the deadline set by
+    // restart_silence).
+    void hold_idle_watermarks() {
+        if (global_.idle) raise_watermark(global_, idle_watermark(global_, now_ms_));
+        if (!scope_partition_) return;
+        for (Partition* p : partition_list_) {
+            if (!p || !p->domain->idle) continue;
+            const int64_t before = p->domain->watermark;
+            raise_watermark(*p->domain, idle_watermark(*p->domain, now_ms_));
+            if (p->domain->watermark != before) mark_dirty(p);
+        }
+    }
+
+    // The time since the last record is not taken as time that passed: every partition's
+    // silence so far is kept and moved to end at now, and idle watermarks go on from where
+    // they were. (Restarting the silence instead would line up partitions that were about to
+    // go idle one after the other, and change which windows the minimum closes.)
+    void restart_silence(int64_t now_ms) {
+        int64_t gap_ms;
+        if (now_ms_ == time_min || __builtin_sub_overflow(now_ms, now_ms_, &gap_ms)) gap_ms = 0;
         std::vector<Partition*> active;
         for (Partition* p : partition_list_) {
             if (!p) continue;
             mark_dirty(p);
             if (!p->idle) {
-                p->last_ingest_ms = now_ms;
+                p->last_ingest_ms = std::min(sat_add(p->last_ingest_ms, gap_ms), now_ms);
                 active.push_back(p);
             } else if (scope_partition_) {
                 Domain& d = *p->domain;
@@ -613,13 +645,19 @@ class Pipeline {
                 d.idle_since_ms = now_ms;
             }
         }
-        for (Partition* p : active)  // index order: all were touched at the same instant
+        std::sort(active.begin(), active.end(), [](const Partition* a, const Partition* b) {
+            if (a->last_ingest_ms != b->last_ingest_ms)
+                return a->last_ingest_ms < b->last_ingest_ms;
+            return a->index < b->index;
+        });
+        activity_.clear();
+        for (Partition* p : active)
             activity_push(p);
         if (global_.idle) {
             global_.idle_base_ms = global_.watermark;
             global_.idle_since_ms = now_ms;
         }
-        now_ms_ = now_ms;  // back, too, when the synchronised clock is behind the old one
+        now_ms_ = now_ms;  // back, too, when a synchronised clock is behind the old one
         stats_.ingest_ms = now_ms;
         if (scope_partition_)
             for (Partition* p : partition_list_)
@@ -2015,6 +2053,11 @@ std::optional<int64_t> watermark_lag_ms(const PipelineStats& stats) {
     int64_t lag;
     if (__builtin_sub_overflow(stats.ingest_ms, stats.watermark_ms, &lag)) return std::nullopt;
     return lag;
+}
+
+void Engine::resume(int64_t ingest_ms) {
+    for (auto& p : impl_->pipelines)
+        p->resume(ingest_ms);
 }
 
 void Engine::set_clock(bool trusted, int64_t ingest_ms) {

@@ -26,10 +26,10 @@ struct PipelineStats {
     // such window is counted in the per-window too-late table).
     uint64_t too_late_partial = 0;
     uint64_t side_outputs = 0;
-    uint64_t clamped = 0;          // events stamped more than max_future ahead of ingest
+    uint64_t clamped = 0;       // events stamped more than max_future ahead of ingest
     uint64_t keys_refused = 0;  // events refused because keys_max (keys or partitions) was reached
     uint64_t partitions_forgotten = 0;  // idle partitions without keys, dropped from state
-    uint64_t windows_refused = 0;  // events refused because open_windows_max was reached
+    uint64_t windows_refused = 0;       // events refused because open_windows_max was reached
     uint64_t emitted_final = 0;
     uint64_t emitted_update = 0;
     uint64_t emitted_retract = 0;
@@ -97,6 +97,12 @@ class Engine {
     /// records each change, so replay makes the same calls.
     void set_clock(bool trusted, int64_t ingest_ms);
     bool clock_trusted() const;
+
+    /// Ingest listens again after a silence that was ours (the process down, ingest paused or
+    /// disconnected): the time since the last record is not the devices' silence. Partitions'
+    /// silence and idle watermarks restart from `ingest_ms`, so a backlog the broker kept is
+    /// not made late by our own pause. The log records each resumption.
+    void resume(int64_t ingest_ms);
 
     /// Writes every unit of state changed since the last call (windows, partitions, counters)
     /// and erases the removed ones; the next call starts from there. The first call after

@@ -55,6 +55,8 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
     // that says it is trusted again on, time counts afresh (Engine::set_clock).
     if (record.type == log::RecordType::tick && record.topic == clock_synchronised_tick)
         engine_->set_clock(true, record.ingest_ms);
+    if (record.type == log::RecordType::tick && record.topic == ingest_resumed_tick)
+        engine_->resume(record.ingest_ms);
     engine_->advance(record.ingest_ms, sink);
     if (record.type == log::RecordType::tick && record.topic == clock_unsynchronised_tick)
         engine_->set_clock(false, record.ingest_ms);

@@ -19,6 +19,9 @@ namespace tidemark::firmware {
 /// synchronised from that record on; replay sees the same changes at the same records.
 inline constexpr std::string_view clock_unsynchronised_tick = "clock:unsynchronised";
 inline constexpr std::string_view clock_synchronised_tick = "clock:synchronised";
+/// The topic of a tick record that says ingest listens again after a silence of ours
+/// (Engine::resume): the first record of every broker connection.
+inline constexpr std::string_view ingest_resumed_tick = "ingest:resumed";
 
 /// Counters of what could not be turned into events, per pipeline.
 struct DecodeCounters {

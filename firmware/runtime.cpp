@@ -77,6 +77,12 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         sp.refresh_health(nullptr);
         return !signals.stop.load();
     });
+    if (!recovered && signals.stop.load()) {
+        // Stopped while waiting for room: a clean stop, the next start recovers again.
+        spdlog::info("stopped during recovery: {}", recovered.error().message);
+        sp.stop_clients();
+        return {};
+    }
     if (!recovered) return std::unexpected(recovered.error());
     spdlog::info("recovered: checkpoint at log offset {}, {} records replayed in {} ms",
                  sp.checkpoint_offset(), *recovered, steady_ms() - recover_start_ms);
@@ -96,9 +102,24 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     std::atomic<bool> ingest_live{false};
     mqtt::RedeliveryFilter& filter = sp.redelivery_filter();
     uint64_t connection_seen = 0;  // under append_mutex, like the filter
+    // The connection whose start is marked in the log (under append_mutex). Before any message
+    // or tick of a connection, a marker says that ingest listens again: the time since the last
+    // record was our silence (stopped, paused, disconnected), not the devices'.
+    uint64_t resumed_for = 0;
+    auto mark_resumed = [&](uint64_t connection) -> bool {
+        if (connection == resumed_for) return true;
+        auto ok = sp.log().append(log::RecordType::tick, wall_ms(), ingest_resumed_tick, {});
+        if (!ok) {
+            sp.append_failed(ok.error().message);
+            return false;
+        }
+        resumed_for = connection;
+        return true;
+    };
     const uint64_t payload_max = config.source.max_payload_bytes;
     auto handler = [&](const mqtt::IncomingMessage& m) -> mqtt::HandleResult {
         std::lock_guard<std::mutex> guard(append_mutex);
+        if (!mark_resumed(m.connection)) return mqtt::HandleResult::retry_later;
         if (m.connection != connection_seen) {
             // What the previous connections left unacknowledged may now come back, with DUP.
             filter.connection_started();
@@ -215,7 +236,12 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         }
         if (!ingest_started && !sp.ingest_paused() && steady_ms() >= ingest_retry_ms)
             try_start_ingest();
-        ingest_live = ingest_started && !sp.ingest_paused() && (*ingest)->connected();
+        if (ingest_started && !sp.ingest_paused() && (*ingest)->connected()) {
+            std::lock_guard<std::mutex> guard(append_mutex);
+            ingest_live = mark_resumed((*ingest)->connection());
+        } else {
+            ingest_live = false;
+        }
         if (auto poisoned = sp.log_failure()) {
             // Linux may have dropped the pages a failed fdatasync did not write: only a reopen
             // (a restart, by systemd) can tell what is durable.

@@ -238,6 +238,7 @@ struct ServiceParts::Impl {
     std::string checkpoint_alarm;   // set by a failed checkpoint until one commits
     ClockStatus clock;              // as last read by refresh_clock()
     uint64_t pruned_below_seq = 0;  // outbox seq of the last committed checkpoint
+    uint64_t damage_reported = 0;   // damaged regions of the reader already in the journal
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";
@@ -366,6 +367,17 @@ struct ServiceParts::Impl {
             if (auto deleted = store->side_delete(seqs); deleted)
                 spdlog::warn("map full: dropped {} side output rows to make room", seqs.size());
         }
+    }
+
+    // Says so in the journal when the engine's reader skipped damage since the last call.
+    void note_damage() {
+        const log::ReaderStats rs = reader->stats();
+        if (rs.damaged_regions == damage_reported) return;
+        damage_reported = rs.damaged_regions;
+        spdlog::error(
+            "log: skipped damaged bytes ({} regions, {} bytes so far; last: {}); the "
+            "records after them were read (a failing disk or a bad sector?)",
+            rs.damaged_regions, rs.damaged_bytes, rs.last_damage);
     }
 
     void set_checkpoint_alarm(const std::string& alarm) {
@@ -507,6 +519,7 @@ Result<uint64_t> ServiceParts::recover(const std::function<bool()>& wait_for_roo
             if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
     }
     if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+    m.note_damage();
     if (auto ok = m.seed_redelivery_filter(); !ok) return std::unexpected(ok.error());
     return replayed;
 }
@@ -536,6 +549,7 @@ Result<size_t> ServiceParts::step(size_t records_max, bool drain) {
         m.consumed_offset = rec.next_offset;
         ++n;
     }
+    m.note_damage();
     auto flushed = m.flush();
     if (!flushed) return std::unexpected(flushed.error());
     return n;
@@ -773,12 +787,13 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         {"records_appended", ls.records_appended},
         {"tail_truncations", ls.tail_truncations},
         {"poisoned", ls.poisoned}};
-    // Damage the engine's reader skipped (a bad sector mid-log): the records after it were
-    // read; the bytes in between are lost.
+    // Damage (a bad sector mid-log) found when the newest segment was opened, or skipped by
+    // the engine's reader: the records after it were kept, the bytes in between are lost. The
+    // reader may cross what the open found, so the larger of the two counts, not their sum.
     const log::ReaderStats rs = m.reader->stats();
-    h["log"]["damaged_regions"] = rs.damaged_regions;
-    h["log"]["damaged_bytes"] = rs.damaged_bytes;
-    if (rs.damaged_regions > 0) {
+    h["log"]["damaged_regions"] = std::max(rs.damaged_regions, ls.damaged_regions);
+    h["log"]["damaged_bytes"] = std::max(rs.damaged_bytes, ls.damaged_bytes);
+    if (rs.damaged_regions > 0 || ls.damaged_regions > 0) {
         h["log"]["last_damage"] = rs.last_damage;
         alarms.push_back("log_damaged");
     }

@@ -470,6 +470,10 @@ void Ingest::stop(std::chrono::milliseconds timeout) {
     }
 }
 
+std::uint64_t Ingest::connection() const {
+    return state_->connection.load();
+}
+
 IngestStats Ingest::stats() const {
     IngestStats out;
     const State& s = *state_;

@@ -122,6 +122,9 @@ class Ingest {
 
     IngestStats stats() const;
     bool connected() const;
+    /// The current (or last) broker connection's number, as IncomingMessage::connection; 0
+    /// before the first.
+    std::uint64_t connection() const;
 
     struct State;  // the Paho C callbacks reach it: defined in ingest.cpp
 

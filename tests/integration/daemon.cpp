@@ -53,9 +53,20 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& out_path,
     for (auto& a : argv_text)
         argv.push_back(a.data());
     argv.push_back(nullptr);
+    // A SIGTERM sent right after start() may arrive between fork and exec: blocked there, and
+    // back to the default in the child, so that it never runs the test framework's handler.
+    sigset_t term, old_mask;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &term, &old_mask);
     const pid_t pid = ::fork();
-    if (pid < 0) throw_errno("fork");
+    if (pid < 0) {
+        ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+        throw_errno("fork");
+    }
     if (pid == 0) {
+        ::signal(SIGTERM, SIG_DFL);
+        ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
         const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         const int err = out_path == err_path
@@ -66,6 +77,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& out_path,
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     return pid;
 }
 
