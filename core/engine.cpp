@@ -362,10 +362,10 @@ class Pipeline {
         // minimum over those still active, so the windows that minimum reaches close then, and
         // an all-idle advance starts from it (not from a minimum taken before they went idle).
         for (;;) {
-            const int64_t idle_at = next_idle_at();
+            const int64_t idle_at = next_idle_at(now_ms);
             if (idle_at > now_ms) break;
             went_idle_.clear();
-            while (next_idle_at() == idle_at) {
+            while (next_idle_at(now_ms) == idle_at) {
                 went_idle_.push_back(activity_.front().partition);
                 activity_pop();
             }
@@ -414,7 +414,6 @@ class Pipeline {
     void process(const Event& event, EmissionSink& sink) {
         TM_ASSERT(event.fields.size() == spec_.fields.size());
         if (event.ingest_ms > now_ms_) advance(event.ingest_ms, sink);
-        reap_partitions();
         ++stats_.events_in;
         int64_t t = event.event_ms;
         int64_t lag_ms;
@@ -456,7 +455,7 @@ class Pipeline {
                     const auto [start, end] = new_event_window(t);
                     too_late(sink, key, event, t, start, end, wm);
                 } else {
-                    refuse(sink, key, event, t, "max_keys", wm);
+                    refuse(sink, key, event, t, Limit::keys, wm);
                 }
                 return;
             }
@@ -770,12 +769,15 @@ class Pipeline {
         return p;
     }
 
-    // The ingest time at which the front of the idle queue goes idle (time_max when none is
-    // active), after moving entries whose partition saw records since they were placed.
-    int64_t next_idle_at() {
+    // The ingest time at which the front of the idle queue goes idle, if that is at or before
+    // `now_ms` (else time_max). Entries whose partition saw records since they were placed are
+    // moved only when they come due: an entry is never later than its partition, so one that is
+    // not due says that no partition is, and most clock steps cost one comparison.
+    int64_t next_idle_at(int64_t now_ms) {
         const int64_t idle_timeout = spec_.watermark.idle_timeout_ms;
         while (!activity_.empty()) {
             ActivityEntry& front = activity_.front();
+            if (sat_add(front.last_ingest_ms, idle_timeout) > now_ms) return time_max;
             if (front.partition->last_ingest_ms == front.last_ingest_ms)
                 return sat_add(front.last_ingest_ms, idle_timeout);
             front.last_ingest_ms = front.partition->last_ingest_ms;
@@ -849,7 +851,8 @@ class Pipeline {
         if (!p->dirty) retired_partitions_.push_back(p);
     }
 
-    // Returns forgotten partitions to the pool; only between steps (see maybe_forget).
+    // Returns forgotten partitions to the pool; only at the start of a clock step (see
+    // maybe_forget): until then a new partition takes a fresh object, which is as right.
     void reap_partitions() {
         for (Partition* p : retired_partitions_)
             release_partition(p);
@@ -1047,7 +1050,7 @@ class Pipeline {
                         const Event& event, int64_t t, EmissionSink& sink) {
         if (!k) {
             if (keys_.size() >= spec_.limits.keys_max) {
-                refuse(sink, key, event, t, "max_keys", d.watermark);
+                refuse(sink, key, event, t, Limit::keys, d.watermark);
                 return nullptr;
             }
             k = create_key(key, p, d);
@@ -1299,17 +1302,17 @@ class Pipeline {
 
     // An event the limits turned away: counted, and kept as side output where the pipeline
     // keeps too-late events, so that nothing is dropped without a trace.
+    enum class Limit { keys, open_windows };
     void refuse(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
-                std::string_view limit, int64_t watermark) {
-        const bool keys = limit == "max_keys";
+                Limit limit, int64_t watermark) {
+        const bool keys = limit == Limit::keys;
         ++(keys ? stats_.keys_refused : stats_.windows_refused);
         if (spec_.late.too_late != TooLate::side_output) return;
         const auto [start, end] = new_event_window(t);
-        side_output(
-            sink, key, event, t, start, end, watermark,
-            "refused: " + std::string(limit) + " " +
-                std::to_string(keys ? spec_.limits.keys_max : spec_.limits.open_windows_max) +
-                " reached");
+        side_output(sink, key, event, t, start, end, watermark,
+                    keys ? "refused: max_keys " + std::to_string(spec_.limits.keys_max) + " reached"
+                         : "refused: max_open_windows " +
+                               std::to_string(spec_.limits.open_windows_max) + " reached");
     }
 
     void side_output(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
@@ -1469,7 +1472,7 @@ class Pipeline {
                 unit = &*std::prev(it);
             } else {
                 if (units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
-                    refuse(sink, key, event, t, "max_open_windows", wm);
+                    refuse(sink, key, event, t, Limit::open_windows, wm);
                     if (k->units.empty() && k->fired.empty()) remove_key(k);
                     return;
                 }
@@ -1613,7 +1616,7 @@ class Pipeline {
         k = admit_key(k, key, p, d, event, t, sink);
         if (!k) return;
         if (first == last && units_total_ + fired_total_ >= spec_.limits.open_windows_max) {
-            refuse(sink, key, event, t, "max_open_windows", wm);
+            refuse(sink, key, event, t, Limit::open_windows, wm);
             if (k->units.empty()) remove_key(k);
             return;
         }

@@ -94,7 +94,8 @@ uint64_t windows_per_key_estimate(const PipelineSpec& spec) {
         case WindowType::tumbling: {
             // A fired window inside its lateness keeps two records: its slice and the fired
             // record (revision, and the values a retract must cancel).
-            const uint64_t slices = 1 + static_cast<uint64_t>((keep_ms + w.size_ms - 1) / w.size_ms);
+            const uint64_t slices =
+                1 + static_cast<uint64_t>((keep_ms + w.size_ms - 1) / w.size_ms);
             const int64_t lateness_ms = spec.late.allowed_lateness_ms;
             const uint64_t fired =
                 lateness_ms > 0 ? static_cast<uint64_t>(lateness_ms / w.size_ms + 1) : 0;

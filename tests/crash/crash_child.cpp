@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
     auto parts = firmware::ServiceParts::open(*config);
     if (!parts) die("open: " + parts.error().message);
     firmware::ServiceParts& p = **parts;
-    if (auto replayed = p.recover([] { return false; }); !replayed) die("recover: " + replayed.error().message);
+    if (auto replayed = p.recover([] { return false; }); !replayed)
+        die("recover: " + replayed.error().message);
     const int delivered_fd = open_delivered(args.delivered);
 
     const uint64_t items = crash_test::stream_items(args.records);
