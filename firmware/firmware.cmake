@@ -12,6 +12,7 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replay.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/adapter_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/service_parts.cpp
 )
 file(GLOB tidemark_firmware_commands ${CMAKE_CURRENT_LIST_DIR}/command_*.cpp)

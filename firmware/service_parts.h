@@ -13,6 +13,7 @@
 
 #include "adapters/config/config.h"
 #include "core/result.h"
+#include "firmware/adapter_options.h"
 #include "firmware/clock.h"
 
 namespace tidemark::log {
@@ -34,9 +35,6 @@ class Notifier;
 /// The exit status for a config that the stored state cannot follow (EX_CONFIG): the unit's
 /// RestartPreventExitStatus keeps systemd from restarting into the same refusal.
 inline constexpr int exit_config_conflict = 78;
-
-mqtt::BrokerOptions source_broker_options(const config::Config& config);
-mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
 
 /// Operation: open() opens the LMDB store under data_dir/state and the log under data_dir/log;
 /// recover() restores the last checkpoint and replays the log after it; step() reads the next
