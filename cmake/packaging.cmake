@@ -63,17 +63,30 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-# Architecture from dpkg, so a build on the ARM gateway gives an arm64/armhf package.
+# Architecture: a cross build's toolchain file names it (TIDEMARK_DEB_ARCH); otherwise dpkg's,
+# so a build on the ARM gateway itself gives an arm64/armhf package.
+if(TIDEMARK_DEB_ARCH)
+  set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE ${TIDEMARK_DEB_ARCH})
+endif()
 
 # Runtime dependencies: dpkg-shlibdeps (package dpkg-dev) reads the binary's NEEDED entries and
 # names the Debian packages with their minimum versions. Without it, the list for Debian 12.
 # systemd is named because the maintainer scripts run systemd-sysusers and systemd-tmpfiles.
+# A cross build cannot let CPack run dpkg-shlibdeps (it asks the host's dpkg database, which
+# does not hold the target's libraries): scripts/package runs it against the target root and
+# passes the result as TIDEMARK_DEB_DEPENDS.
+set(TIDEMARK_DEB_DEPENDS "" CACHE STRING
+    "Depends computed outside CPack (scripts/package); empty: CPack runs dpkg-shlibdeps")
 find_program(TIDEMARK_DPKG_SHLIBDEPS dpkg-shlibdeps)
-if(TIDEMARK_DPKG_SHLIBDEPS)
+if(TIDEMARK_DEB_DEPENDS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, ${TIDEMARK_DEB_DEPENDS}")
+elseif(TIDEMARK_DPKG_SHLIBDEPS AND NOT CMAKE_CROSSCOMPILING)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd")
 else()
-  message(STATUS "packaging: dpkg-shlibdeps not found (apt-get install dpkg-dev); "
+  message(STATUS "packaging: dpkg-shlibdeps not found (apt-get install dpkg-dev) or a cross "
+                 "build without TIDEMARK_DEB_DEPENDS (use scripts/package); "
                  "using the Debian 12 dependency list")
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
       "systemd, libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, liblmdb0 (>= 0.9.24), "

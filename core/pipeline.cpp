@@ -5,8 +5,16 @@
 
 #include "core/bytes.h"
 #include "core/duration.h"
+#include "core/hash.h"
 
 namespace tidemark::core {
+namespace {
+
+// A hopping window is the merge of size / gcd(size, advance) slices, merged again at every firing
+// and kept per key: the bound keeps one firing's cost and one key's state small.
+constexpr int64_t hopping_slices_per_window_max = 10'000;
+
+}  // namespace
 
 Result<void> validate(const PipelineSpec& spec) {
     const WindowSpec& w = spec.window;
@@ -26,10 +34,11 @@ Result<void> validate(const PipelineSpec& spec) {
                             " is longer than the size " + format_duration(w.size_ms) +
                             ": events between windows would belong to none; use an advance "
                             "no longer than the size");
-            if (w.size_ms / std::gcd(w.size_ms, w.advance_ms) > 10'000)
+            if (w.size_ms / std::gcd(w.size_ms, w.advance_ms) > hopping_slices_per_window_max)
                 return fail("hopping window " + format_duration(w.size_ms) + " every " +
-                            format_duration(w.advance_ms) +
-                            " needs more than 10000 slices per window: choose an advance that "
+                            format_duration(w.advance_ms) + " needs more than " +
+                            std::to_string(hopping_slices_per_window_max) +
+                            " slices per window: choose an advance that "
                             "divides the size more evenly");
             break;
         case WindowType::session:
@@ -79,12 +88,9 @@ uint64_t state_fingerprint(const PipelineSpec& spec) {
     bytes::put_u32(buf, spec.quantile.buckets_max);
     for (const std::string& f : spec.fields)
         bytes::put_str(buf, f);
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (unsigned char c : buf) {
-        h ^= c;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
+    // Plain FNV-1a over the encoding, unmixed: checkpoints store this value
+    // (tests/core/hash_test.cpp).
+    return hash::fnv1a(hash::fnv_offset, buf);
 }
 
 uint64_t windows_per_key_estimate(const PipelineSpec& spec) {

@@ -1,10 +1,15 @@
 #include "firmware/adapter_options.h"
 
+#include "adapters/codec/topic.h"
+#include "core/result.h"
+
 namespace tidemark::firmware {
 
 mqtt::BrokerOptions source_broker_options(const config::Config& config) {
     mqtt::BrokerOptions b;
-    b.uri = config.source.uri;
+    b.tls = config.source.endpoint.tls;
+    b.host = config.source.endpoint.host;
+    b.port = config.source.endpoint.port;
     b.client_id = config.source.client_id;
     b.username = config.source.username;
     b.password = config.source.password;
@@ -20,7 +25,9 @@ mqtt::BrokerOptions source_broker_options(const config::Config& config) {
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
     mqtt::BrokerOptions b;
     const config::UpstreamConfig& u = *config.upstream;
-    b.uri = u.uri;
+    b.tls = u.endpoint.tls;
+    b.host = u.endpoint.host;
+    b.port = u.endpoint.port;
     b.client_id = u.client_id;
     b.username = u.username;
     b.password = u.password;
@@ -32,6 +39,116 @@ mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
     b.max_inflight = static_cast<int>(u.max_inflight);
     b.config_name = "upstream";
     return b;
+}
+
+namespace {
+
+log::FsyncPolicy to_log(config::FsyncPolicy p) {
+    switch (p) {
+        case config::FsyncPolicy::always:
+            return log::FsyncPolicy::always;
+        case config::FsyncPolicy::interval:
+            return log::FsyncPolicy::interval;
+        case config::FsyncPolicy::never:
+            return log::FsyncPolicy::never;
+    }
+    TM_ASSERT(false);
+    return log::FsyncPolicy::interval;
+}
+
+}  // namespace
+
+log::LogOptions log_options(const config::Config& config) {
+    log::LogOptions lo;
+    lo.dir = config.data_dir + "/log";
+    lo.fsync = to_log(config.storage.fsync);
+    lo.fsync_interval_ms = config.storage.fsync_interval_ms;
+    lo.segment_bytes = config.storage.segment_bytes;
+    lo.retention_bytes_max = config.storage.log_retention.max_bytes;
+    lo.retention_age_ms_max = config.storage.log_retention.max_age_ms;
+    return lo;
+}
+
+lmdb::StoreOptions store_options(const config::Config& config) {
+    lmdb::StoreOptions so;
+    so.dir = config.data_dir + "/state";
+    so.map_size_bytes = config.storage.map_size_bytes;
+    so.read_only = false;
+    if (config.upstream) {
+        so.outbox_bytes_max = config.upstream->outbox.max_bytes;
+        so.outbox_when_full = config.upstream->outbox.when_full == config::WhenFull::pause_ingest
+                                  ? lmdb::WhenFull::pause_ingest
+                                  : lmdb::WhenFull::drop_oldest;
+        so.compact_superseded = config.upstream->compact_superseded;
+    }
+    return so;
+}
+
+mqtt::ForwarderOptions forwarder_options(const config::Config& config, const core::Clock& clock) {
+    TM_ASSERT(config.upstream.has_value());
+    mqtt::ForwarderOptions fo;
+    fo.broker = upstream_broker_options(config);
+    fo.qos = config.upstream->qos;
+    fo.reconnect_delay_min_ms = config::UpstreamConfig::reconnect_min_ms;
+    fo.reconnect_delay_max_ms = config.upstream->reconnect_max_ms;
+    fo.clock = &clock;
+    return fo;
+}
+
+mqtt::HealthOptions health_options(const config::Config& config, const core::Clock& clock) {
+    mqtt::HealthOptions ho;
+    ho.broker = source_broker_options(config);
+    ho.broker.client_id += "-health";
+    ho.broker.config_name = "health";
+    ho.topic = codec::expand_topic_template(config.health.topic, config.node_id, "", "");
+    ho.status_topic = mqtt::status_topic_for(ho.topic);
+    ho.interval_ms = config.health.interval_ms;
+    ho.clock = &clock;
+    return ho;
+}
+
+namespace {
+
+std::vector<codec::KeySource> to_codec(const std::vector<config::Extractor>& parts) {
+    std::vector<codec::KeySource> out;
+    for (const config::Extractor& e : parts) {
+        out.push_back({e.kind == config::Extractor::topic_level ? codec::KeySource::topic_level
+                                                                : codec::KeySource::json_pointer,
+                       e.level, e.pointer});
+    }
+    return out;
+}
+
+codec::TimeFormat to_codec(config::TimestampSpec::Format format) {
+    switch (format) {
+        case config::TimestampSpec::epoch_s:
+            return codec::TimeFormat::epoch_s;
+        case config::TimestampSpec::epoch_ms:
+            return codec::TimeFormat::epoch_ms;
+        case config::TimestampSpec::epoch_us:
+            return codec::TimeFormat::epoch_us;
+        case config::TimestampSpec::epoch_ns:
+            return codec::TimeFormat::epoch_ns;
+        case config::TimestampSpec::rfc3339:
+            return codec::TimeFormat::rfc3339;
+    }
+    TM_ASSERT(false);
+    return codec::TimeFormat::epoch_ms;
+}
+
+}  // namespace
+
+codec::DecoderSpec decoder_spec(const config::PipelineConfig& pipeline) {
+    TM_ASSERT(!pipeline.key.empty());
+    TM_ASSERT(pipeline.field_pointers.size() == pipeline.spec.fields.size());
+    codec::DecoderSpec d;
+    d.topic_filter = pipeline.topic_filter;
+    d.key = to_codec(pipeline.key);
+    d.partition = to_codec(pipeline.partition);
+    d.timestamp = {pipeline.timestamp.ingest, pipeline.timestamp.pointer,
+                   to_codec(pipeline.timestamp.format)};
+    d.field_pointers = pipeline.field_pointers;
+    return d;
 }
 
 }  // namespace tidemark::firmware

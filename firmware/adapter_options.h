@@ -2,12 +2,33 @@
 // config themselves (DESIGN.md section 2), so this is the one place that knows both.
 #pragma once
 
+#include "adapters/codec/decoder.h"
 #include "adapters/config/config.h"
+#include "adapters/lmdb/types.h"
+#include "adapters/log/log_options.h"
 #include "adapters/mqtt/client_options.h"
+#include "adapters/mqtt/forwarder.h"
+#include "adapters/mqtt/health.h"
+#include "core/clock.h"
 
 namespace tidemark::firmware {
 
 mqtt::BrokerOptions source_broker_options(const config::Config& config);
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
+
+/// The log under data_dir/log, with the configured fsync policy, segment size and retention.
+log::LogOptions log_options(const config::Config& config);
+/// The service's read-write store under data_dir/state, with the outbox bounds of `upstream`
+/// (the store's defaults when there is no upstream: rows then only wait to be inspected).
+lmdb::StoreOptions store_options(const config::Config& config);
+/// Needs config.upstream. `clock` must outlive the forwarder.
+mqtt::ForwarderOptions forwarder_options(const config::Config& config, const core::Clock& clock);
+/// The health publisher on the gateway broker, under a client id of its own (source client id
+/// + "-health"). `clock` must outlive the publisher.
+mqtt::HealthOptions health_options(const config::Config& config, const core::Clock& clock);
+
+/// What one pipeline's decoder reads: its topic filter, key and partition sources, event
+/// time and field pointers.
+codec::DecoderSpec decoder_spec(const config::PipelineConfig& pipeline);
 
 }  // namespace tidemark::firmware

@@ -9,13 +9,13 @@
 
 namespace tidemark::firmware {
 
-int64_t wall_ms() {
+int64_t SystemClock::wall_ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
 
-int64_t steady_ms() {
+int64_t SystemClock::steady_ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();

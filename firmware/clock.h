@@ -5,13 +5,18 @@
 #include <string>
 
 #include "adapters/config/config.h"
+#include "core/clock.h"
 
 namespace tidemark::firmware {
 
-/// Milliseconds since the Unix epoch by the system clock (what ingest stamps records with).
-int64_t wall_ms();
-/// Milliseconds of a monotonic clock, for intervals and timeouts.
-int64_t steady_ms();
+/// The host's clocks: `wall_ms` by std::chrono::system_clock (what ingest stamps records with),
+/// `steady_ms` by std::chrono::steady_clock. main() makes the one instance and passes it down;
+/// nothing in firmware reads a clock any other way, so tests can pass a test::ManualClock.
+class SystemClock final : public core::Clock {
+  public:
+    int64_t wall_ms() const override;
+    int64_t steady_ms() const override;
+};
 
 /// What the host says of its clock.
 struct ClockStatus {

@@ -11,6 +11,7 @@
 #include "adapters/log/log_reader.h"
 #include "core/duration.h"
 #include "core/quantile.h"
+#include "firmware/adapter_options.h"
 #include "firmware/advise.h"
 #include "firmware/commands.h"
 
@@ -283,7 +284,7 @@ AdviseReport LagAdvisor::report() const {
 Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const std::string& log_dir,
                                 double target_percent, const AdviseLimits& limits) {
     LagAdvisor advisor(pipeline.spec, target_percent, limits);
-    codec::Decoder decoder(pipeline);
+    codec::Decoder decoder(decoder_spec(pipeline));
     codec::DecodedEvent decoded;
     uint64_t records = 0, malformed = 0, end_offset = 0;
 

@@ -15,8 +15,8 @@
 #include "core/emission.h"
 #include "firmware/commands.h"
 #include "firmware/dir_lock.h"
+#include "firmware/health_report.h"
 #include "firmware/processor.h"
-#include "firmware/service_parts.h"
 
 namespace tidemark::firmware {
 
@@ -120,30 +120,13 @@ json inspect_log(const std::string& dir, std::optional<uint64_t> checkpoint_offs
     return j;
 }
 
-json pipeline_stats(const core::PipelineStats& s, const DecodeCounters& d) {
-    json j;
-    j["open_windows"] = s.open_windows;
-    j["keys"] = s.keys;
-    j["state_bytes"] = s.state_bytes;
-    j["watermark_ms"] = s.watermark_ms;
+// A pipeline's figures under the names health publishes them (health_report.h), after its name;
+// inspect adds the newest ingest time the restored state has seen.
+json pipeline_stats(const std::string& name, const core::PipelineStats& s,
+                    const DecodeCounters& d) {
+    json j{{"name", name}};
+    j.update(json(pipeline_report(s, d)));
     j["ingest_ms"] = s.ingest_ms;
-    const auto lag_ms = core::watermark_lag_ms(s);
-    j["watermark_lag_ms"] = lag_ms ? json(*lag_ms) : json(nullptr);
-    j["partitions"] = {{"active", s.partitions_active}, {"idle", s.partitions_idle}};
-    j["events_in"] = s.events_in;
-    j["late_updated"] = s.late_updated;
-    j["too_late"] = s.too_late;
-    j["clamped"] = s.clamped;
-    j["keys_refused"] = s.keys_refused;
-    j["windows_refused"] = s.windows_refused;
-    j["emitted"] = {
-        {"final", s.emitted_final}, {"update", s.emitted_update}, {"retract", s.emitted_retract}};
-    j["malformed"] = d.malformed;
-    j["fields_missing"] = d.fields_missing;
-    if (s.lag_ms.count())
-        j["lag_ms"] = {{"p50", s.lag_ms.quantile(0.5)},
-                       {"p99", s.lag_ms.quantile(0.99)},
-                       {"p99.9", s.lag_ms.quantile(0.999)}};
     return j;
 }
 
@@ -169,29 +152,23 @@ json inspect_pipelines(const config::Config& config, lmdb::Store& store) {
     core::Engine& engine = (*processor)->engine();
     json list = json::array();
     for (uint32_t i = 0; i < engine.pipelines().size(); ++i) {
-        json p{{"name", engine.pipelines()[i].name}};
-        p.update(pipeline_stats(engine.stats(i), (*processor)->decode_counters()[i]));
-        list.push_back(std::move(p));
+        list.push_back(pipeline_stats(engine.pipelines()[i].name, engine.stats(i),
+                                      (*processor)->decode_counters()[i]));
     }
     j["list"] = std::move(list);
     j["malformed_records"] = (*processor)->malformed_records();
     return j;
 }
 
-json inspect_outbox(lmdb::Store& store) {
+json inspect_outbox(lmdb::Store& store, int64_t now_ms) {
     json j;
     auto stats = store.outbox_stats();
     if (!stats) {
         j["error"] = stats.error().message;
         return j;
     }
-    j["rows"] = stats->rows;
-    j["bytes"] = stats->bytes;
-    j["oldest_seq"] = stats->oldest_seq;
+    j = json(outbox_report(*stats, now_ms));
     j["seq_next"] = stats->seq_next;
-    j["dropped"] = stats->dropped;
-    j["compacted"] = stats->compacted;
-    j["duplicates_skipped"] = stats->duplicates_skipped;
     json rows = json::array();
     if (stats->rows) {
         auto peek = store.outbox_peek(stats->oldest_seq, outbox_rows_shown_max);
@@ -219,9 +196,7 @@ json inspect_side(lmdb::Store& store) {
         j["error"] = stats.error().message;
         return j;
     }
-    j["rows"] = stats->rows;
-    j["bytes"] = stats->bytes;
-    j["dropped"] = stats->dropped;
+    j = json(side_report(*stats));
     std::deque<lmdb::SideRow> latest;
     uint64_t from = 0, scanned = 0;
     while (scanned < side_rows_scanned_max) {
@@ -322,8 +297,8 @@ void print_text(const json& j, std::ostream& out) {
                     << (p["watermark_lag_ms"].is_null()
                             ? std::string("none yet")
                             : p["watermark_lag_ms"].dump() + " ms behind ingest")
-                    << "), partitions " << p["partitions"]["active"] << " active, "
-                    << p["partitions"]["idle"] << " idle\n"
+                    << "), partitions " << p["partitions_active"] << " active, "
+                    << p["partitions_idle"] << " idle\n"
                     << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
                     << ", too late " << p["too_late"] << ", clamped " << p["clamped"]
                     << ", malformed " << p["malformed"] << ", fields missing "
@@ -331,9 +306,9 @@ void print_text(const json& j, std::ostream& out) {
                     << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
                     << " update, " << p["emitted"]["retract"] << " retract; refused "
                     << p["keys_refused"] << " keys, " << p["windows_refused"] << " windows\n";
-                if (p.contains("lag_ms"))
+                if (p["events_in"].get<uint64_t>() > 0)
                     out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
-                        << " ms, p99.9 " << p["lag_ms"]["p99.9"] << " ms\n";
+                        << " ms, p99.9 " << p["lag_ms"]["p999"] << " ms\n";
             }
     } else if (!s.contains("error")) {
         out << "\n(pipelines: pass --config to restore the state and show open windows, keys and "
@@ -404,7 +379,7 @@ int drop_pipeline(const std::string& data_dir, const std::optional<config::Confi
     return 0;
 }
 
-int inspect_command(const InspectOptions& options) {
+int inspect_command(const InspectOptions& options, const core::Clock& clock) {
     std::optional<config::Config> config;
     if (!options.config_path.empty()) {
         auto loaded = config::load_config_file(options.config_path);
@@ -429,7 +404,7 @@ int inspect_command(const InspectOptions& options) {
     if (!options.drop_pipeline.empty())
         return drop_pipeline(data_dir, config, options.drop_pipeline);
 
-    const int64_t now_ms = wall_ms();
+    const int64_t now_ms = clock.wall_ms();
     json j;
     j["data_dir"] = data_dir;
     j["now_ms"] = now_ms;
@@ -494,7 +469,7 @@ int inspect_command(const InspectOptions& options) {
     j["store"] = std::move(store_json);
     if (store) {
         if (config) j["pipelines"] = inspect_pipelines(*config, *store);
-        j["outbox"] = inspect_outbox(*store);
+        j["outbox"] = inspect_outbox(*store, now_ms);
         j["side"] = inspect_side(*store);
         const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&
                              j["side"].value("rows", uint64_t{0}) == 0;

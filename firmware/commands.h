@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "core/clock.h"
+
 namespace tidemark::firmware {
 
 struct ReplayOptions {
@@ -25,7 +27,8 @@ struct InspectOptions {
     // stopped). Its outbox rows stay and are sent.
     std::string drop_pipeline;
 };
-int inspect_command(const InspectOptions& options);
+/// Ages (the checkpoint's, the oldest outbox row's) are measured by `clock`.
+int inspect_command(const InspectOptions& options, const core::Clock& clock);
 
 struct AdviseOptions {
     std::string config_path;

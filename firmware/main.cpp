@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "adapters/config/config.h"
+#include "firmware/clock.h"
 #include "firmware/commands.h"
 #include "firmware/runtime.h"
 
@@ -113,7 +114,9 @@ int main(int argc, char** argv) {
         }
         return firmware::replay_command(replay_options);
     }
-    if (*inspect) return firmware::inspect_command(inspect_options);
+    // The one clock of the process: everything below reads time through it.
+    const firmware::SystemClock clock;
+    if (*inspect) return firmware::inspect_command(inspect_options, clock);
     if (*advise) return firmware::advise_command(advise_options);
 
     // run
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
     options.config_path = config_path;
     spdlog::info("tidemark {} starting: node {}, {} pipelines, data_dir {}", TIDEMARK_VERSION,
                  loaded->node_id, loaded->pipelines.size(), loaded->data_dir);
-    auto result = firmware::run_service(*loaded, options, signals);
+    auto result = firmware::run_service(*loaded, options, signals, clock);
     if (!result) {
         spdlog::critical("{}", result.error().message);
         return result.error().code != 0 ? result.error().code : 1;

@@ -3,6 +3,7 @@
 #include "adapters/codec/decoder.h"
 #include "adapters/codec/topic.h"
 #include "core/bytes.h"
+#include "firmware/adapter_options.h"
 
 namespace tidemark::firmware {
 
@@ -43,7 +44,7 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     auto impl = std::make_unique<Impl>();
     for (const config::PipelineConfig& p : config.pipelines) {
         specs.push_back(p.spec);
-        impl->decoders.emplace_back(p);
+        impl->decoders.emplace_back(decoder_spec(p));
     }
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());

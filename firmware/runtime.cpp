@@ -19,10 +19,13 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
+#include "adapters/mqtt/client_options.h"
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
 #include "adapters/mqtt/redelivery_filter.h"
+#include "firmware/adapter_options.h"
+#include "firmware/clock.h"
 #include "firmware/dir_lock.h"
 #include "firmware/notify.h"
 #include "firmware/processor.h"
@@ -36,11 +39,36 @@ namespace {
 constexpr size_t step_records_max = 4096;
 // Ingest appends a tick when nothing else was appended for this long.
 constexpr int64_t tick_interval_ms = 1000;
+// How often the ticker wakes to look at the two intervals above and fsync_interval.
+constexpr auto ticker_wake = std::chrono::milliseconds(100);
+// While the disk is full, log segments before the checkpoint are trimmed at most this often:
+// each attempt lists the log directory, and what a full disk frees comes back only as the
+// forwarder drains or retention ages segments out, not within a loop turn.
+constexpr int64_t disk_full_trim_interval_ms = 10'000;
+// read_clock_status() reads a few files and one system call: about once a second (clock.h).
+constexpr int64_t clock_poll_interval_ms = 1000;
+// Health is rebuilt at least this often (and every health.interval when that is shorter), so
+// that the systemd status line follows alarms within a second.
+constexpr int64_t health_refresh_interval_ms_max = 1000;
+// The loop sleeps this long when a step found nothing to read.
+constexpr auto idle_sleep = std::chrono::milliseconds(20);
+// Recovery waiting for room in the outbox looks again this often.
+constexpr int64_t recovery_wait_ms = 250;
+// The first ingest retry after a failed connect waits 1 s (twice this), doubling to 30 s.
+constexpr auto ingest_retry_delay_min = std::chrono::milliseconds(500);
+// Steps taken to drain the log on stop: 10,000 steps of step_records_max records, about 41
+// million records, far more than fsync_interval leaves unprocessed, so that a stop is bounded
+// even if something kept appending. What is left is replayed on the next start, nothing lost.
+constexpr int shutdown_drain_steps_max = 10'000;
 
 }  // namespace
 
-Result<void> run_service(const config::Config& config, const RunOptions& options,
-                         Signals& signals) {
+// Long (about 290 lines) because the ingest handler, the ticker and the loop share the append
+// lock, the redelivery filter's connection and the resumed-marker state as locals.
+// TODO(issue 15): split into an ingest appender (handler + markers), the ticker, the loop and
+// the shutdown drain, each with that shared state as members.
+Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals,
+                         const core::Clock& clock) {
     Notifier notifier;
     notifier.status("recovering");
     std::error_code ec;
@@ -49,7 +77,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     auto lock = DirLock::take(config.data_dir);
     if (!lock) return std::unexpected(lock.error());
 
-    auto parts = ServiceParts::open(config);
+    auto parts = ServiceParts::open(config, clock);
     if (!parts) return std::unexpected(parts.error());
     ServiceParts& sp = **parts;
 
@@ -66,14 +94,14 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     // already in the outbox are skipped by id).
     // Replaying a long log can outlast the unit's start timeout; say so to systemd.
     notifier.extend_timeout(std::chrono::minutes(10));
-    const int64_t recover_start_ms = steady_ms();
+    const int64_t recover_start_ms = clock.steady_ms();
     int64_t waited_ms = 0;
     auto recovered = sp.recover([&] {
         if (waited_ms == 0) spdlog::warn("recovery waits for room in the outbox (upstream down?)");
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        waited_ms += 250;
+        std::this_thread::sleep_for(std::chrono::milliseconds(recovery_wait_ms));
+        waited_ms += recovery_wait_ms;
         notifier.extend_timeout(std::chrono::minutes(1));
-        notifier.watchdog(steady_ms());
+        notifier.watchdog(clock.steady_ms());
         sp.refresh_health(nullptr);
         return !signals.stop.load();
     });
@@ -85,7 +113,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     }
     if (!recovered) return std::unexpected(recovered.error());
     spdlog::info("recovered: checkpoint at log offset {}, {} records replayed in {} ms",
-                 sp.checkpoint_offset(), *recovered, steady_ms() - recover_start_ms);
+                 sp.checkpoint_offset(), *recovered, clock.steady_ms() - recover_start_ms);
     notifier.status("recovered " + std::to_string(*recovered) + " records");
     // Not fatal: the loop checkpoints again, and a failed one changes nothing stored.
     if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
@@ -96,7 +124,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
 
     // Ingest: the durable append happens inside the Paho callback, before the PUBACK.
     std::mutex append_mutex;  // ingest callbacks and the ticker both append
-    std::atomic<int64_t> last_append_ms{steady_ms()};
+    std::atomic<int64_t> last_append_ms{clock.steady_ms()};
     // Ticks say that the devices are silent; only while ingest could hear them (connected and
     // not paused). Our own silence must not make a backlog the broker keeps late.
     std::atomic<bool> ingest_live{false};
@@ -108,7 +136,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     uint64_t resumed_for = 0;
     auto mark_resumed = [&](uint64_t connection) -> bool {
         if (connection == resumed_for) return true;
-        auto ok = sp.log().append(log::RecordType::tick, wall_ms(), ingest_resumed_tick, {});
+        auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), ingest_resumed_tick, {});
         if (!ok) {
             sp.append_failed(ok.error().message);
             return false;
@@ -125,7 +153,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             filter.connection_started();
             connection_seen = m.connection;
         }
-        const int64_t now = wall_ms();
+        const int64_t now = clock.wall_ms();
         if (m.duplicate && filter.is_redelivery(m.packet_id, m.topic, m.payload)) {
             sp.count_redelivery_skipped();
             return mqtt::HandleResult::accepted;
@@ -146,7 +174,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             sp.append_failed(appended.error().message);
             return mqtt::HandleResult::retry_later;
         }
-        last_append_ms.store(steady_ms(), std::memory_order_relaxed);
+        last_append_ms.store(clock.steady_ms(), std::memory_order_relaxed);
         sp.append_succeeded();
         return mqtt::HandleResult::accepted;
     };
@@ -172,23 +200,23 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     bool ticker_stop = false;
     std::thread ticker([&] {
         std::unique_lock<std::mutex> lk(ticker_mutex);
-        int64_t next_sync_ms = steady_ms() + config.storage.fsync_interval_ms;
-        while (
-            !ticker_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ticker_stop; })) {
+        int64_t next_sync_ms = clock.steady_ms() + config.storage.fsync_interval_ms;
+        while (!ticker_cv.wait_for(lk, ticker_wake, [&] { return ticker_stop; })) {
             if (ingest_live.load() &&
-                steady_ms() - last_append_ms.load(std::memory_order_relaxed) >= tick_interval_ms) {
+                clock.steady_ms() - last_append_ms.load(std::memory_order_relaxed) >=
+                    tick_interval_ms) {
                 std::lock_guard<std::mutex> guard(append_mutex);
-                auto ok = sp.log().append(log::RecordType::tick, wall_ms(), {}, {});
+                auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), {}, {});
                 if (ok)
-                    last_append_ms.store(steady_ms(), std::memory_order_relaxed);
+                    last_append_ms.store(clock.steady_ms(), std::memory_order_relaxed);
                 else
                     sp.append_failed(ok.error().message);
             }
             // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
             // fdatasyncs a dup of the fd), so ingest never waits for the disk.
             if (config.storage.fsync == config::FsyncPolicy::interval &&
-                steady_ms() >= next_sync_ms) {
-                next_sync_ms = steady_ms() + config.storage.fsync_interval_ms;
+                clock.steady_ms() >= next_sync_ms) {
+                next_sync_ms = clock.steady_ms() + config.storage.fsync_interval_ms;
                 if (auto synced = sp.log().sync(); !synced)
                     sp.append_failed(synced.error().message);
             }
@@ -206,8 +234,8 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             return;
         }
         ++ingest_failures;
-        ingest_retry_ms =
-            steady_ms() + std::min<int64_t>(30'000, 500LL << std::min(ingest_failures, 6));
+        ingest_retry_ms = clock.steady_ms() +
+                          mqtt::reconnect_delay(ingest_failures, ingest_retry_delay_min).count();
         spdlog::warn("ingest: {} (retrying)", started.error().message);
     };
     auto stop_ingest = [&] {
@@ -219,7 +247,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     notifier.status(ingest_started ? "running, connected to " + config.source.uri
                                    : "running, gateway broker unreachable: retrying");
 
-    int64_t next_checkpoint_ms = steady_ms() + config.checkpoint.interval_ms;
+    int64_t next_checkpoint_ms = clock.steady_ms() + config.checkpoint.interval_ms;
     int64_t next_health_ms = 0;
     int64_t next_clock_ms = 0;
     int64_t next_trim_ms = 0;
@@ -234,7 +262,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             ingest_started = false;
             spdlog::warn("ingest paused: the outbox cannot take more results");
         }
-        if (!ingest_started && !sp.ingest_paused() && steady_ms() >= ingest_retry_ms)
+        if (!ingest_started && !sp.ingest_paused() && clock.steady_ms() >= ingest_retry_ms)
             try_start_ingest();
         if (ingest_started && !sp.ingest_paused() && (*ingest)->connected()) {
             std::lock_guard<std::mutex> guard(append_mutex);
@@ -248,21 +276,22 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             failure = fail("log: " + *poisoned + "; exiting so that a restart reopens the log");
             break;
         }
-        const int64_t now = steady_ms();
+        const int64_t now = clock.steady_ms();
         if (now >= next_trim_ms && sp.disk_full()) {
             // Retention first frees what replay alone needs; then back-pressure (ingest holds
             // the message, the outbox waits) until the disk has room again.
-            next_trim_ms = now + 10'000;
+            next_trim_ms = now + disk_full_trim_interval_ms;
             sp.trim_for_disk_full();
         }
         if (now >= next_clock_ms) {
-            next_clock_ms = now + 1000;
+            next_clock_ms = now + clock_poll_interval_ms;
             const bool trusted = sp.refresh_clock();
             if (trusted != clock_trusted_logged) {
                 std::lock_guard<std::mutex> guard(append_mutex);
                 const std::string_view marker =
                     trusted ? clock_synchronised_tick : clock_unsynchronised_tick;
-                if (auto ok = sp.log().append(log::RecordType::tick, wall_ms(), marker, {}); ok) {
+                if (auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), marker, {});
+                    ok) {
                     clock_trusted_logged = trusted;
                     spdlog::warn("clock {}", trusted ? "synchronised: trusted from now on"
                                                      : "not synchronised: clamping and idle "
@@ -282,7 +311,8 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         }
         if (now >= next_health_ms) {
             sp.refresh_health(ingest_started ? &**ingest : nullptr);
-            next_health_ms = now + std::min<int64_t>(config.health.interval_ms, 1000);
+            next_health_ms =
+                now + std::min<int64_t>(config.health.interval_ms, health_refresh_interval_ms_max);
             std::string status = sp.status_line();
             if (status != last_status) {
                 notifier.status(status);
@@ -290,7 +320,7 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             }
         }
         notifier.watchdog(now);
-        if (*step == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (*step == 0) std::this_thread::sleep_for(idle_sleep);
     }
 
     // Shutdown: no new messages, everything logged is processed, one last checkpoint.
@@ -313,14 +343,20 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         else
             result = ok;
     }
-    for (int i = 0; i < 10000; ++i) {
+    bool drained = false;
+    for (int i = 0; i < shutdown_drain_steps_max && !drained; ++i) {
         auto step = sp.step(step_records_max, /*drain=*/synced);
         if (!step) {
             if (result) result = std::unexpected(step.error());
             break;
         }
-        if (*step == 0) break;
+        drained = *step == 0;
     }
+    if (!drained && result)
+        spdlog::warn(
+            "stopping before the log was processed to its end ({} steps); the rest is "
+            "replayed on the next start",
+            shutdown_drain_steps_max);
     if (sp.can_checkpoint()) {
         if (auto ok = sp.checkpoint(); !ok && result) result = ok;
     } else {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "adapters/config/config.h"
+#include "core/clock.h"
 #include "core/result.h"
 
 namespace tidemark::firmware {
@@ -30,6 +31,8 @@ struct Signals {
 /// write transactions.
 /// Limits: see DESIGN.md section 5; back-pressure on ingest when the log or the outbox cannot
 /// take more.
-Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals);
+/// `clock` is what everything in the service reads time through (main passes SystemClock).
+Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals,
+                         const core::Clock& clock);
 
 }  // namespace tidemark::firmware

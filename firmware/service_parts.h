@@ -1,53 +1,40 @@
-// The parts of the running service that the engine thread owns: store, log, processor, outbox
-// batch, forwarder and health. Split from runtime.cpp so that the run loop reads as a loop.
+// The running service's parts, behind one facade for the run loop (runtime.cpp): the engine
+// host (engine_host.h), the alarms, the forwarder and health clients, the health report and
+// config reloads.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "adapters/config/config.h"
+#include "core/clock.h"
 #include "core/result.h"
-#include "firmware/adapter_options.h"
-#include "firmware/clock.h"
+#include "firmware/engine_host.h"
 
-namespace tidemark::log {
-class LogWriter;
-}
-namespace tidemark::lmdb {
-class Store;
-}
 namespace tidemark::mqtt {
 class Ingest;
-class RedeliveryFilter;
-struct BrokerOptions;
 }  // namespace tidemark::mqtt
 
 namespace tidemark::firmware {
 
 class Notifier;
 
-/// The exit status for a config that the stored state cannot follow (EX_CONFIG): the unit's
-/// RestartPreventExitStatus keeps systemd from restarting into the same refusal.
-inline constexpr int exit_config_conflict = 78;
-
-/// Operation: open() opens the LMDB store under data_dir/state and the log under data_dir/log;
-/// recover() restores the last checkpoint and replays the log after it; step() reads the next
-/// records, feeds the engine and commits their emissions to the outbox in one transaction;
-/// checkpoint() makes the log durable, then commits the changed state with the log offset.
-/// When the outbox (pause_ingest), the map or the disk is full, the batch is kept in memory,
-/// ingest is paused (retry_later: the broker keeps the messages) and an alarm is raised; nothing
-/// is checkpointed past emissions that are not in the outbox.
+/// Operation: see EngineHost for open, recover, step and checkpoint; the alarms (Alarms) pause
+/// ingest while the outbox, the map or the disk is full (retry_later: the broker keeps the
+/// messages), and nothing is checkpointed past emissions that are not in the outbox.
 /// Concurrency: everything but log(), redelivery_filter(), ingest_paused(),
-/// count_redelivery_skipped(), append_failed() and the health snapshot runs on the engine
-/// thread. The ingest callback uses those.
+/// count_redelivery_skipped(), append_failed(), append_succeeded() and health_json() runs on
+/// the engine thread. The ingest callback uses those.
 class ServiceParts {
   public:
+    /// `clock` must outlive the parts; it is what every part reads time through.
+    static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config,
+                                                      const core::Clock& clock);
+    // TODO(issue 15): remove once tests/crash/crash_child.cpp and bench/bench_storage_io.cpp
+    // pass a clock (firmware::SystemClock) to open(config, clock).
     static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config);
     ~ServiceParts();
 
@@ -58,6 +45,7 @@ class ServiceParts {
     /// State of pipelines no longer in the config is dropped; state of a changed pipeline is
     /// refused with Error::code exit_config_conflict.
     Result<uint64_t> recover(const std::function<bool()>& wait_for_room);
+    /// The log offset of the last committed (or recovered) checkpoint.
     uint64_t checkpoint_offset() const;
     /// Processes at most `records_max` records (up to the durable end, or the written end when
     /// draining on shutdown) and commits their emissions. Returns records processed.
@@ -94,7 +82,11 @@ class ServiceParts {
 
     Result<void> start_forwarder();
     Result<void> start_health();
+    /// Builds the health report (README, "Health") from what the parts and `ingest` (null while
+    /// it is not started) say now; the publisher sends the latest one.
     void refresh_health(const mqtt::Ingest* ingest);
+    /// The latest report, as published ("{}" before the first refresh_health).
+    std::string health_json() const;
     std::string status_line() const;
     void reload(const std::string& config_path, Notifier& notifier);
     void stop_clients();

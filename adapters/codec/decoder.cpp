@@ -7,37 +7,35 @@
 
 #include "adapters/codec/timestamp.h"
 #include "adapters/codec/topic.h"
+#include "core/result.h"
 
 namespace tidemark::codec {
 namespace {
 
-using config::Extractor;
-using config::TimestampSpec;
-
-EpochUnit epoch_unit(TimestampSpec::Format format) {
+EpochUnit epoch_unit(TimeFormat format) {
     switch (format) {
-        case TimestampSpec::epoch_s:
+        case TimeFormat::epoch_s:
             return EpochUnit::s;
-        case TimestampSpec::epoch_us:
+        case TimeFormat::epoch_us:
             return EpochUnit::us;
-        case TimestampSpec::epoch_ns:
+        case TimeFormat::epoch_ns:
             return EpochUnit::ns;
         default:
             return EpochUnit::ms;
     }
 }
 
-std::string_view format_name(TimestampSpec::Format format) {
+std::string_view format_name(TimeFormat format) {
     switch (format) {
-        case TimestampSpec::epoch_s:
+        case TimeFormat::epoch_s:
             return "epoch_s";
-        case TimestampSpec::epoch_ms:
+        case TimeFormat::epoch_ms:
             return "epoch_ms";
-        case TimestampSpec::epoch_us:
+        case TimeFormat::epoch_us:
             return "epoch_us";
-        case TimestampSpec::epoch_ns:
+        case TimeFormat::epoch_ns:
             return "epoch_ns";
-        case TimestampSpec::rfc3339:
+        case TimeFormat::rfc3339:
             return "rfc3339";
     }
     return "?";
@@ -118,15 +116,11 @@ std::string_view decode_status_name(DecodeStatus status) {
 }
 
 struct Decoder::Impl {
-    std::string topic_filter;
-    std::vector<Extractor> key;
-    std::vector<Extractor> partition;  // empty: same as key
-    TimestampSpec timestamp;
-    std::vector<std::string> field_pointers;
+    DecoderSpec spec;
     simdjson::dom::parser parser;
 
     // Writes the key (or partition) into `out`; on failure sets reason and returns the status.
-    DecodeStatus extract(const std::vector<Extractor>& parts, std::string_view topic,
+    DecodeStatus extract(const std::vector<KeySource>& parts, std::string_view topic,
                          simdjson::dom::element root, bool is_partition, std::string& out,
                          std::string& reason) {
         const std::string_view what = is_partition ? "partition" : "key";
@@ -136,9 +130,9 @@ struct Decoder::Impl {
         const bool composite = parts.size() > 1;
         out.clear();
         for (size_t i = 0; i < parts.size(); ++i) {
-            const Extractor& part = parts[i];
+            const KeySource& part = parts[i];
             if (i > 0) out += '|';
-            if (part.kind == Extractor::topic_level) {
+            if (part.kind == KeySource::topic_level) {
                 auto level = topic_level(topic, part.level);
                 if (!level) {
                     reason.assign("the ").append(what).append(" is topic level ");
@@ -205,6 +199,7 @@ struct Decoder::Impl {
     }
 
     DecodeStatus event_time(simdjson::dom::element root, int64_t& event_ms, std::string& reason) {
+        const TimeSource& timestamp = spec.timestamp;
         auto value = root.at_pointer(timestamp.pointer);
         if (value.error() || value.value_unsafe().is_null()) {
             reason.assign("the timestamp pointer ").append(timestamp.pointer);
@@ -214,7 +209,7 @@ struct Decoder::Impl {
         simdjson::dom::element e = value.value_unsafe();
         std::optional<int64_t> ms;
         const auto type = e.type();
-        if (timestamp.format == TimestampSpec::rfc3339) {
+        if (timestamp.format == TimeFormat::rfc3339) {
             if (type == simdjson::dom::element_type::STRING) {
                 ms = parse_rfc3339_ms(e.get_string().value_unsafe());
             }
@@ -245,7 +240,7 @@ struct Decoder::Impl {
                 reason.append(type_name(type));
             }
             reason.append(") is not a valid ").append(format_name(timestamp.format));
-            reason.append(timestamp.format == TimestampSpec::rfc3339
+            reason.append(timestamp.format == TimeFormat::rfc3339
                               ? " time such as \"2025-11-29T10:00:00.5Z\""
                               : " time between years 0 and 9999");
             return DecodeStatus::bad_timestamp;
@@ -255,14 +250,9 @@ struct Decoder::Impl {
     }
 };
 
-Decoder::Decoder(const config::PipelineConfig& pipeline) : impl_(std::make_unique<Impl>()) {
-    TM_ASSERT(!pipeline.key.empty());
-    TM_ASSERT(pipeline.field_pointers.size() == pipeline.spec.fields.size());
-    impl_->topic_filter = pipeline.topic_filter;
-    impl_->key = pipeline.key;
-    impl_->partition = pipeline.partition;
-    impl_->timestamp = pipeline.timestamp;
-    impl_->field_pointers = pipeline.field_pointers;
+Decoder::Decoder(const DecoderSpec& spec) : impl_(std::make_unique<Impl>()) {
+    TM_ASSERT(!spec.key.empty());
+    impl_->spec = spec;
 }
 
 Decoder::~Decoder() = default;
@@ -270,12 +260,13 @@ Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 bool Decoder::matches(std::string_view topic) const noexcept {
-    return topic_matches(impl_->topic_filter, topic);
+    return topic_matches(impl_->spec.topic_filter, topic);
 }
 
 DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, int64_t ingest_ms,
                              uint64_t order, DecodedEvent& out) {
     Impl& d = *impl_;
+    const DecoderSpec& spec = d.spec;
     out.event = core::Event{};
     out.fields_missing = 0;
     out.reason.clear();
@@ -299,24 +290,24 @@ DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, i
         return DecodeStatus::not_an_object;
     }
 
-    DecodeStatus status = d.extract(d.key, topic, root, false, out.key_buffer, out.reason);
+    DecodeStatus status = d.extract(spec.key, topic, root, false, out.key_buffer, out.reason);
     if (status != DecodeStatus::ok) return status;
     std::string_view partition = out.key_buffer;
-    if (!d.partition.empty()) {
-        status = d.extract(d.partition, topic, root, true, out.partition_buffer, out.reason);
+    if (!spec.partition.empty()) {
+        status = d.extract(spec.partition, topic, root, true, out.partition_buffer, out.reason);
         if (status != DecodeStatus::ok) return status;
         partition = out.partition_buffer;
     }
 
     int64_t event_ms = ingest_ms;
-    if (!d.timestamp.ingest) {
+    if (!spec.timestamp.ingest) {
         status = d.event_time(root, event_ms, out.reason);
         if (status != DecodeStatus::ok) return status;
     }
 
-    out.field_values.resize(d.field_pointers.size());
-    for (size_t i = 0; i < d.field_pointers.size(); ++i) {
-        auto value = root.at_pointer(d.field_pointers[i]);
+    out.field_values.resize(spec.field_pointers.size());
+    for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
+        auto value = root.at_pointer(spec.field_pointers[i]);
         double number = core::field_missing;
         if (!value.error()) {
             auto as_double = value.value_unsafe().get_double();

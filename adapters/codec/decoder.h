@@ -7,10 +7,40 @@
 #include <string_view>
 #include <vector>
 
-#include "adapters/config/config.h"
 #include "core/event.h"
 
 namespace tidemark::codec {
+
+/// Where a key or partition part comes from: the Nth level of the MQTT topic (from 0) or a JSON
+/// pointer into the payload (RFC 6901, starts with '/').
+struct KeySource {
+    enum Kind { topic_level, json_pointer };
+    Kind kind = topic_level;
+    int level = 0;        // topic_level only
+    std::string pointer;  // json_pointer only
+    bool operator==(const KeySource&) const = default;
+};
+
+/// How a payload writes its event time.
+enum class TimeFormat { epoch_s, epoch_ms, epoch_us, epoch_ns, rfc3339 };
+
+/// Where an event's time comes from: the ingest time given to decode, or a payload field.
+struct TimeSource {
+    bool ingest = true;
+    std::string pointer;  // when !ingest
+    TimeFormat format = TimeFormat::epoch_ms;
+    bool operator==(const TimeSource&) const = default;
+};
+
+/// What one pipeline's Decoder reads from a message. firmware fills it from the config
+/// (firmware/adapter_options.h, decoder_spec); the codec does not read the config itself.
+struct DecoderSpec {
+    std::string topic_filter;          // MQTT filter, '+' and '#' allowed; see Decoder::matches
+    std::vector<KeySource> key;        // one, or several for a composite key; never empty
+    std::vector<KeySource> partition;  // empty: the partition is the key
+    TimeSource timestamp;
+    std::vector<std::string> field_pointers;  // event.fields[i] is the number at pointer i
+};
 
 /// Why a message did not become an event. Each is counted as malformed by the caller and the
 /// message kept with `DecodedEvent::reason` for inspection; none is fatal.
@@ -68,7 +98,7 @@ struct DecodedEvent {
 /// key seen. Payload size is bounded by the caller (source.max_payload).
 class Decoder {
   public:
-    explicit Decoder(const config::PipelineConfig& pipeline);
+    explicit Decoder(const DecoderSpec& spec);
     ~Decoder();
     Decoder(Decoder&&) noexcept;
     Decoder& operator=(Decoder&&) noexcept;

@@ -2,14 +2,10 @@
 
 #include <cmath>
 
+#include "core/time_math.h"
+
 namespace tidemark::codec {
 namespace {
-
-int64_t floor_div(int64_t a, int64_t b) {
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-    return q;
-}
 
 bool is_digit(char c) {
     return c >= '0' && c <= '9';
@@ -177,7 +173,7 @@ std::optional<int64_t> epoch_integer_ms(int64_t value, EpochUnit unit) noexcept 
         if (__builtin_mul_overflow(value, pow10(shift), &ms)) return std::nullopt;
         return ms;
     }
-    return floor_div(value, pow10(-shift));
+    return core::floor_div(value, pow10(-shift));
 }
 
 std::optional<int64_t> epoch_double_ms(double value, EpochUnit unit) noexcept {
@@ -199,7 +195,7 @@ std::optional<int64_t> epoch_double_ms(double value, EpochUnit unit) noexcept {
             break;
     }
     if (!(std::fabs(us) < 9.0e18)) return std::nullopt;
-    return floor_div(std::llround(us), 1000);
+    return core::floor_div(std::llround(us), 1000);
 }
 
 }  // namespace tidemark::codec

@@ -2,6 +2,7 @@
 // refuses anything it does not understand, with every error at once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <optional>
@@ -12,6 +13,11 @@
 #include "core/pipeline.h"
 
 namespace tidemark::config {
+
+/// The longest topic (filter) a config may name: MQTT's own limit, which is also the log's frame
+/// limit on a topic (log::topic_bytes_max in adapters/log/record.h; config cannot include the
+/// log, so the two must be kept equal by hand).
+inline constexpr size_t topic_bytes_max = 65535;
 
 /// Where a key or partition comes from: the Nth level of the MQTT topic (from 0) or a JSON
 /// pointer into the payload. Config spelling: "topic:1" or "/device/id".
@@ -57,7 +63,18 @@ struct LogRetention {
     uint64_t max_bytes = 512ULL << 20;
 };
 
+/// The largest LMDB map a platform with `pointer_bytes`-byte pointers can open. On 64 bits it
+/// is the config's own upper bound (1TiB). On 32 bits, LMDB maps the whole file as one piece
+/// of a 4GiB address space that the program, its libraries, thread stacks and heap share:
+/// under qemu-arm a 2GiB map failed at mdb_env_open with ENOMEM and 1664MiB opened, and a real
+/// board (a 3G/1G kernel split, more libraries mapped) may leave less. 1GiB leaves room for
+/// that, is a power of two an operator can write, and is the default map size.
+constexpr uint64_t map_size_max_bytes(size_t pointer_bytes = sizeof(void*)) {
+    return pointer_bytes >= 8 ? 1ULL << 40 : 1ULL << 30;
+}
+
 struct StorageConfig {
+    // Fits a 32-bit gateway's limit (map_size_max_bytes(4)), so the default runs everywhere.
     uint64_t map_size_bytes = 1ULL << 30;
     FsyncPolicy fsync = FsyncPolicy::interval;
     int64_t fsync_interval_ms = 1000;
@@ -75,8 +92,17 @@ struct CheckpointConfig {
 /// kernel says so. always: never held (a board with a real-time clock and no network).
 enum class ClockTrust { automatic, synchronised, always };
 
+/// A broker address, parsed once from the config's URI (tcp://host:port or ssl://host:port).
+struct Endpoint {
+    bool tls = false;  // ssl://
+    std::string host;  // a name or address; an IPv6 literal without its brackets
+    uint16_t port = 0;
+    bool operator==(const Endpoint&) const = default;
+};
+
 struct SourceConfig {
-    std::string uri;
+    std::string uri;        // as written, for messages and health
+    Endpoint endpoint;      // uri, parsed
     std::string client_id;  // default "tidemark-<node_id>"
     std::string username;   // empty: no authentication
     std::string password;   // the contents of password_file, trailing newlines removed
@@ -96,7 +122,8 @@ struct OutboxConfig {
 };
 
 struct UpstreamConfig {
-    std::string uri;
+    std::string uri;        // as written, for messages and health
+    Endpoint endpoint;      // uri, parsed
     std::string client_id;  // default "<node_id>"
     std::string username;
     std::string password;
@@ -150,8 +177,20 @@ inline constexpr uint64_t window_overhead_bytes = 64;
 /// files) resolve against the file's directory. Every error is reported, not only the first.
 ConfigResult load_config_file(const std::string& path);
 
-/// As load_config_file, for text already in memory.
-ConfigResult parse_config(std::string_view json, const std::string& base_dir_for_relative_files);
+/// As load_config_file, for text already in memory. `pointer_bytes` is the platform's pointer
+/// width, which bounds storage.map_size (map_size_max_bytes); tests pass 4 to check a 32-bit
+/// gateway's config on a 64-bit machine.
+ConfigResult parse_config(std::string_view json, const std::string& base_dir_for_relative_files,
+                          size_t pointer_bytes = sizeof(void*));
+
+/// "tcp://host:port" or "ssl://host:port" (an IPv6 host in brackets), or a sentence saying what
+/// is wrong with `uri`, as check-config prints it.
+std::expected<Endpoint, std::string> parse_broker_uri(std::string_view uri);
+
+/// The refusal of a storage.map_size that a platform with `pointer_bytes`-byte pointers cannot
+/// map, with the arithmetic and the fix; nullopt when it fits.
+std::optional<ConfigError> check_map_size(uint64_t map_size_bytes,
+                                          size_t pointer_bytes = sizeof(void*));
 
 /// One error per line, "pointer: message" ("(root)" for the empty pointer), for check-config.
 std::string format_errors(const std::vector<ConfigError>& errors);

@@ -1,5 +1,7 @@
 // The LMDB store: window state and checkpoint meta, the outbox and the side output, in one
-// environment under data_dir/lmdb (DESIGN.md sections 1 and 5).
+// environment in StoreOptions::dir (the service passes data_dir/state; DESIGN.md sections 1
+// and 5). The one public header of adapters/lmdb: store_internal.h and row_codec.h are its
+// private parts, one .cpp per thing stored (env, checkpoint, state, outbox, side).
 #pragma once
 
 #include <atomic>
@@ -27,9 +29,9 @@ class CheckpointTxn;
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
 /// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` (id -> seq, the unique index),
 /// `outbox_id_seqs` (seq -> id, so prune_ids costs what it prunes), `outbox_windows`
-/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> record; meta keeps the
-/// high-water log position of the side records, for their dedupe). Every write is one
-/// transaction committed with a full fsync: power loss costs at most the writes not yet
+/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> pipeline, key, record;
+/// meta keeps the high-water log position of the side records, for their dedupe). Every write is
+/// one transaction committed with a full fsync: power loss costs at most the writes not yet
 /// returned, never integrity. A failed write leaves nothing behind (the txn is aborted), except
 /// that the deletes (outbox_delete, prune_ids, side_delete) split themselves into several
 /// transactions when the map is full: a failure may then leave part of them done.
@@ -45,7 +47,7 @@ class CheckpointTxn;
 /// are per process and closing a second handle to the same files drops them. Other processes
 /// (tidemark replay/inspect) open it read_only at the same time.
 ///
-/// Limits: keys are at most max_key_bytes() (511); values up to the map. The outbox is bounded by
+/// Limits: keys are at most max_key_bytes (511); values up to the map. The outbox is bounded by
 /// outbox_bytes_max, the side output by side_bytes_max, the whole store by map_size_bytes:
 /// writes that add data (appends, checkpoints) fail with errc::map_full once the databases would
 /// reach into a reserve of the map (1/32 of it, 32 to 1024 pages) that only deletes may use, so
@@ -73,8 +75,10 @@ class Store {
 
     const std::string& dir() const { return options_.dir; }
     bool read_only() const { return options_.read_only; }
-    static constexpr uint64_t format_version = 2;  // 2: outbox rows carry enqueued_ms
-    static constexpr size_t max_key_bytes = 511;   // LMDB's compiled-in MDB_MAXKEYSIZE
+    // 2: outbox rows carry enqueued_ms. 3: side rows carry pipeline and key (rows of older
+    // formats are still read). open() writes this version into an older store it opens writable.
+    static constexpr uint64_t format_version = 3;
+    static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
 
@@ -126,10 +130,17 @@ class Store {
     /// before (kept in the same transaction) is skipped and counted: the engine replaying the log
     /// after a crash regenerates the same records. So records must come in ascending position,
     /// over calls too. A store written before this had no high-water: nothing is skipped then.
+    /// Each record's pipeline and key are stored beside it (side_peek returns them); a row's cost
+    /// against side_bytes_max is its record, pipeline and key plus 21 bytes.
     StoreResult<SideAppendResult> side_append(std::span<const SideRecord> records);
     /// Deprecated: appends without a position, so nothing is deduplicated (nor moves the
-    /// high-water). Kept until every caller passes SideRecords.
+    /// high-water), and without columns (rows come back with columns_known = false), in the
+    /// format older stores hold: a row costs its record plus 8 bytes. A record beginning with a
+    /// NUL byte is refused (errc::invalid): it would read back as a row with columns.
+    /// TODO(issue 15): remove once tests/firmware/inspect_test.cpp passes SideRecords.
     StoreResult<void> side_append(std::span<const std::string> records);
+    /// Up to limit rows with seq >= from_seq, in seq order. A row whose columns are garbled is
+    /// refused as errc::corrupt, like a garbled outbox row.
     StoreResult<std::vector<SideRow>> side_peek(uint64_t from_seq, size_t limit);
     /// Deletes rows; missing seqs are fine. In a full map, smaller transactions as outbox_delete.
     StoreResult<void> side_delete(std::span<const uint64_t> seqs);

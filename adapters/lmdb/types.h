@@ -5,7 +5,9 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "core/emission.h"
 #include "core/result.h"
 
 namespace tidemark::lmdb {
@@ -18,7 +20,7 @@ enum class errc {
     map_full,   // MDB_MAP_FULL: the map (storage.map_size) is full; nothing was written
     disk_full,  // ENOSPC / EDQUOT from the file system; nothing was written
     io,         // any other I/O or LMDB error (including MDB_PANIC: restart the process)
-    corrupt,    // LMDB reports damage, or the store's meta is missing or garbled
+    corrupt,    // LMDB reports damage, or the store's meta or one of its rows is garbled
     version,    // a format version (ours or LMDB's) this build does not understand
     busy,       // MDB_READERS_FULL and the like: retry later
     full,       // the outbox is at outbox_bytes_max with when_full = pause_ingest
@@ -63,10 +65,33 @@ struct CheckpointMeta {
     uint64_t log_offset = 0;       // the log is durable up to here; replay resumes from it
     uint64_t outbox_seq_next = 0;  // outbox seq_next when the checkpoint was taken (see prune_ids)
     int64_t checkpoint_ms = 0;     // wall clock of the checkpoint, for health only
-    std::string config_fingerprint;  // the config the state was written under
+    // The node_id of the config that wrote it: a label for people reading the store. Nothing
+    // reads it back to decide anything (stored where older builds stored "config_fingerprint",
+    // which held the node_id too: the bytes are the same).
+    std::string node_id;
+    // TODO(issue 15): remove once firmware/service_parts.cpp (the checkpoint) sets node_id; until
+    // then it is stored when node_id is empty. Never filled by load_checkpoint.
+    std::string config_fingerprint;
 };
 
-enum class OutboxKind : uint8_t { final_result = 0, update = 1, retract = 2 };
+/// OutboxRow::kind: a core::EmissionKind that still takes the raw byte older callers assign.
+/// TODO(issue 15): remove once firmware/service_parts.cpp (BatchSink::emit) and
+/// tests/firmware/inspect_test.cpp assign e.kind itself; OutboxRow::kind is then a plain
+/// core::EmissionKind.
+class RowKind {
+  public:
+    constexpr RowKind() = default;
+    constexpr RowKind(core::EmissionKind kind) : kind_(kind) {}  // implicit: it is one
+    RowKind(uint8_t raw) : kind_(static_cast<core::EmissionKind>(raw)) {
+        TM_ASSERT(raw <= static_cast<uint8_t>(core::EmissionKind::retract));
+    }
+    constexpr operator core::EmissionKind() const { return kind_; }
+    constexpr bool operator==(const RowKind&) const = default;
+    constexpr bool operator==(core::EmissionKind kind) const { return kind_ == kind; }
+
+  private:
+    core::EmissionKind kind_ = core::EmissionKind::final_result;
+};
 
 /// One result record waiting for the upstream PUBACK.
 struct OutboxRow {
@@ -77,7 +102,7 @@ struct OutboxRow {
     int64_t window_start_ms = 0;
     int64_t window_end_ms = 0;
     uint32_t revision = 0;    // for a retract: the revision it cancels
-    uint8_t kind = 0;         // OutboxKind: 0 final, 1 update, 2 retract
+    RowKind kind;             // a core::EmissionKind (see RowKind)
     int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
     std::string payload;      // the JSON record as sent upstream
 
@@ -106,17 +131,40 @@ struct OutboxStats {
 /// One side output record (a too-late event, an undecodable record) and the log record it came
 /// from. After a crash the engine replays the log and produces the same side records at the
 /// same positions again: side_append skips those (DESIGN.md section 5, like the outbox's ids).
+/// Pipeline and key are stored as columns beside the record, as the outbox stores them, so the
+/// forwarder routes a row without parsing its JSON.
 struct SideRecord {
     uint64_t log_offset = 0;  // offset of the log record that produced it
     uint32_t ordinal = 0;     // its place among the side records of that log record: 0, 1, ...
     std::string record;       // the JSON record as sent upstream
+    std::string pipeline;     // the pipeline it was produced for
+    std::string key;          // its key; empty when it has none (an undecodable record)
 
+    SideRecord() = default;
+    SideRecord(uint64_t log_offset_in, uint32_t ordinal_in, std::string record_in,
+               std::string pipeline_in, std::string key_in)
+        : log_offset(log_offset_in),
+          ordinal(ordinal_in),
+          record(std::move(record_in)),
+          pipeline(std::move(pipeline_in)),
+          key(std::move(key_in)) {}
+    // TODO(issue 15): remove once firmware/service_parts.cpp (BatchSink::add_side) passes
+    // pipeline and key; until then they are stored empty.
+    SideRecord(uint64_t log_offset_in, uint32_t ordinal_in, std::string record_in)
+        : SideRecord(log_offset_in, ordinal_in, std::move(record_in), {}, {}) {}
     bool operator==(const SideRecord&) const = default;
 };
 
 struct SideRow {
     uint64_t seq = 0;
     std::string record;
+    std::string pipeline;  // the columns as appended; empty when columns_known is false
+    std::string key;
+    // False for a row stored without columns: written by format 2 or older, or through the
+    // deprecated side_append(std::span<const std::string>). Take pipeline and key from the record.
+    bool columns_known = false;
+
+    bool operator==(const SideRow&) const = default;
 };
 
 struct SideAppendResult {

@@ -316,15 +316,32 @@ Result<void> LogWriter::roll() {
 
 Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::string_view topic,
                                    std::string_view payload) {
+    const std::string_view topic_parts[3] = {topic, {}, {}};
+    return append_frame(type, ingest_ms, topic_parts, payload);
+}
+
+Result<uint64_t> LogWriter::append_malformed(int64_t ingest_ms, std::string_view reason,
+                                             std::string_view topic, std::string_view payload) {
+    TM_ASSERT(reason.find(malformed_reason_separator) == std::string_view::npos);
+    static constexpr char separator[1] = {malformed_reason_separator};
+    const std::string_view topic_parts[3] = {reason, std::string_view(separator, 1), topic};
+    return append_frame(RecordType::malformed, ingest_ms, topic_parts, payload);
+}
+
+Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
+                                         const std::string_view (&topic_parts)[3],
+                                         std::string_view payload) {
     if (type == RecordType::malformed && payload.size() > malformed_payload_bytes_max) {
         payload = payload.substr(0, malformed_payload_bytes_max);
     }
-    uint64_t body_bytes = body_prefix_bytes + topic.size() + payload.size();
+    const uint64_t topic_bytes =
+        topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
+    uint64_t body_bytes = body_prefix_bytes + topic_bytes + payload.size();
     std::unique_lock lock(mutex_);
     if (poisoned_) return fail(*poisoned_);
-    if (topic.size() > topic_bytes_max || body_bytes > record_body_bytes_max) {
+    if (topic_bytes > topic_bytes_max || body_bytes > record_body_bytes_max) {
         ++counters_.append_errors;
-        return fail("log: record too large (topic " + std::to_string(topic.size()) +
+        return fail("log: record too large (topic " + std::to_string(topic_bytes) +
                     " bytes, payload " + std::to_string(payload.size()) + " bytes; limits " +
                     std::to_string(topic_bytes_max) + " and " +
                     std::to_string(record_body_bytes_max) + " bytes per record)");
@@ -340,34 +357,10 @@ Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::stri
             return std::unexpected(rolled.error());
         }
     }
-    Segment& active = segments_.back();
-
-    char head[frame_header_bytes + body_prefix_bytes];
-    char* prefix = head + frame_header_bytes;
-    prefix[0] = static_cast<char>(type);
-    store_le(prefix + 1, static_cast<uint64_t>(ingest_ms), 8);
-    store_le(prefix + 9, topic.size(), 2);
-    uint32_t crc = crc32c(0, std::string_view(prefix, body_prefix_bytes));
-    crc = crc32c(crc, topic);
-    crc = crc32c(crc, payload);
-    store_le(head, body_bytes, 4);
-    store_le(head + 4, crc, 4);
-
-    iovec iov[3] = {{head, sizeof(head)},
-                    {const_cast<char*>(topic.data()), topic.size()},
-                    {const_cast<char*>(payload.data()), payload.size()}};
-    if (int err = write_all_at(active_fd_, iov, 3, active.bytes); err != 0) {
-        ++counters_.append_errors;
-        std::string message =
-            "cannot append to log segment " + active_path_ + ": " + errno_text(err);
-        // Whatever part of the frame reached the file goes, so the next append starts at a
-        // record boundary and the tail stays readable.
-        if (::ftruncate(active_fd_, static_cast<off_t>(active.bytes)) != 0) {
-            return std::unexpected(
-                poison(message + "; and cannot roll back the partial write: " + errno_text(errno)));
-        }
-        return fail(message);
+    if (auto written = write_frame(type, ingest_ms, topic_parts, payload, body_bytes); !written) {
+        return std::unexpected(written.error());
     }
+    Segment& active = segments_.back();
     uint64_t offset = active.first_offset + active.bytes;
     active.bytes += frame;
     if (active.first_ingest_ms == ingest_ms_unknown) {
@@ -396,6 +389,45 @@ Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::stri
     lock.unlock();
     crash::crash_point(crash::CrashPoint::after_log_append);
     return offset;
+}
+
+// One pwritev() of the frame at the end of the active segment, no copy of topic or payload;
+// a failed write is rolled back so the next append starts at a record boundary.
+Result<void> LogWriter::write_frame(RecordType type, int64_t ingest_ms,
+                                    const std::string_view (&topic_parts)[3],
+                                    std::string_view payload, uint64_t body_bytes) {
+    Segment& active = segments_.back();
+    char head[frame_header_bytes + body_prefix_bytes];
+    char* prefix = head + frame_header_bytes;
+    prefix[0] = static_cast<char>(type);
+    store_le(prefix + 1, static_cast<uint64_t>(ingest_ms), 8);
+    store_le(prefix + 9, body_bytes - body_prefix_bytes - payload.size(), 2);
+    uint32_t crc = crc32c(0, std::string_view(prefix, body_prefix_bytes));
+    for (std::string_view part : topic_parts)
+        crc = crc32c(crc, part);
+    crc = crc32c(crc, payload);
+    store_le(head, body_bytes, 4);
+    store_le(head + 4, crc, 4);
+
+    auto iov_of = [](std::string_view s) { return iovec{const_cast<char*>(s.data()), s.size()}; };
+    iovec iov[5] = {{head, sizeof(head)},
+                    iov_of(topic_parts[0]),
+                    iov_of(topic_parts[1]),
+                    iov_of(topic_parts[2]),
+                    iov_of(payload)};
+    if (int err = write_all_at(active_fd_, iov, 5, active.bytes); err != 0) {
+        ++counters_.append_errors;
+        std::string message =
+            "cannot append to log segment " + active_path_ + ": " + errno_text(err);
+        // Whatever part of the frame reached the file goes, so the next append starts at a
+        // record boundary and the tail stays readable.
+        if (::ftruncate(active_fd_, static_cast<off_t>(active.bytes)) != 0) {
+            return std::unexpected(
+                poison(message + "; and cannot roll back the partial write: " + errno_text(errno)));
+        }
+        return fail(message);
+    }
+    return {};
 }
 
 Result<bool> LogWriter::maybe_sync(int64_t now_ms) {

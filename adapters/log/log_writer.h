@@ -100,8 +100,15 @@ class LogWriter {
 
     /// Appends one record and returns its offset. With FsyncPolicy::always it is durable on
     /// return. On error nothing was appended and end_offset() is unchanged.
+    /// For RecordType::malformed use append_malformed() (TODO(issue 15): append() refuses it
+    /// once firmware/runtime.cpp does).
     Result<uint64_t> append(RecordType type, int64_t ingest_ms, std::string_view topic,
                             std::string_view payload);
+    /// Appends a malformed record: why it was refused (no tab in it), the topic it came on and
+    /// its payload, cut to malformed_payload_bytes_max. Reason, a separator and topic share the
+    /// topic field, so together they are at most topic_bytes_max. As append() otherwise.
+    Result<uint64_t> append_malformed(int64_t ingest_ms, std::string_view reason,
+                                      std::string_view topic, std::string_view payload);
     /// FsyncPolicy::interval: syncs when now_ms is fsync_interval_ms past the last sync made
     /// here (now_ms is the caller's clock; no clock is read inside). Returns whether it synced.
     /// A no-op for the other policies.
@@ -140,6 +147,14 @@ class LogWriter {
     };
 
     explicit LogWriter(LogOptions options);
+    // The topic field is topic_parts[0..2] written back to back (reason, separator, topic for
+    // a malformed record; the topic alone otherwise).
+    Result<uint64_t> append_frame(RecordType type, int64_t ingest_ms,
+                                  const std::string_view (&topic_parts)[3],
+                                  std::string_view payload);
+    Result<void> write_frame(RecordType type, int64_t ingest_ms,
+                             const std::string_view (&topic_parts)[3], std::string_view payload,
+                             uint64_t body_bytes);  // mutex_ held
     Result<void> recover();
     Result<void> roll();                // mutex_ held
     Error poison(std::string message);  // mutex_ held; keeps the first error

@@ -57,6 +57,16 @@ FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_by
     out.ingest_ms = static_cast<int64_t>(load_le(body.data() + 1, 8));
     out.topic = body.substr(body_prefix_bytes, topic_bytes);
     out.payload = body.substr(body_prefix_bytes + topic_bytes);
+    out.reason = {};
+    if (out.type == RecordType::malformed) {
+        // Without a separator (not written by LogWriter::append_malformed) it is all reason.
+        const size_t separator = out.topic.find(malformed_reason_separator);
+        out.reason = out.topic.substr(0, separator);
+        if constexpr (malformed_topic_split) {
+            out.topic = separator == std::string_view::npos ? std::string_view{}
+                                                            : out.topic.substr(separator + 1);
+        }
+    }
     return FrameStatus::ok;
 }
 

@@ -3,6 +3,9 @@
 // Frame (little-endian), at a global byte offset of the concatenated segments:
 //   u32 body_bytes | u32 crc32c(body) | body
 //   body = u8 type | i64 ingest_ms | u16 topic_bytes | topic | payload
+// A malformed record's topic field holds "reason\ttopic" (the reason has no tab); the writer
+// encodes it and decode_frame() splits it into Record::reason and Record::topic, so that no
+// one outside adapters/log knows the layout.
 // The payload's length is what the body has left after the topic. The CRC covers the body; a
 // damaged length field makes the CRC run over the wrong bytes, so it fails too (a 2^-32 chance
 // aside). body_bytes is bounded (record_body_bytes_max) so that garbage is not taken for a
@@ -18,7 +21,7 @@ namespace tidemark::log {
 enum class RecordType : uint8_t {
     message = 1,    // an MQTT message: its topic and payload as received
     tick = 2,       // ingest clock only (empty topic and payload): time passes while idle
-    malformed = 3,  // kept for inspection; the topic holds the reason, the payload a prefix
+    malformed = 3,  // kept for inspection: why (Record::reason), its topic, a payload prefix
 };
 
 /// "message", "tick", "malformed" or "unknown".
@@ -33,7 +36,17 @@ struct Record {
     int64_t ingest_ms = 0;
     std::string_view topic;
     std::string_view payload;
+    /// A malformed record's reason ("oversized: ..."); empty for the other types.
+    std::string_view reason;
 };
+
+/// TODO(issue 15): remove (as if true) once firmware reads Record::reason (runtime.cpp,
+/// processor.cpp, command_advise.cpp): until then a malformed record's `topic` stays the whole
+/// field "reason\ttopic" that firmware splits itself; `reason` is filled either way.
+inline constexpr bool malformed_topic_split = false;
+
+/// The separator of reason and topic in a malformed record's topic field.
+inline constexpr char malformed_reason_separator = '\t';
 
 /// An ingest time not known: of a segment that holds no record yet, or whose first record
 /// cannot be read; of a reader that has read nothing yet. Below every real one.
@@ -71,8 +84,8 @@ struct FrameHead {
 /// shorter than a head.
 std::optional<FrameHead> peek_frame_head(std::string_view bytes);
 
-/// Decodes the frame at the start of `bytes`. On ok, fills out's type, ingest_ms, topic and
-/// payload (views into `bytes`; offsets are the caller's). frame_bytes_out is set whenever the
+/// Decodes the frame at the start of `bytes`. On ok, fills out's type, ingest_ms, topic, payload
+/// and reason (views into `bytes`; offsets are the caller's). frame_bytes_out is set whenever the
 /// length field could be read (every status but a short header).
 FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out);
 

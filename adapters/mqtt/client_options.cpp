@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <MQTTAsync.h>
 #include <mqtt/connect_options.h>
 #include <mqtt/ssl_options.h>
 #include <algorithm>
 #include <charconv>
 #include <exception>
+
+#include "adapters/mqtt/paho_options.h"
 
 namespace tidemark::mqtt {
 
@@ -14,9 +17,45 @@ namespace {
 
 constexpr int keep_alive_s_max = 65535;  // MQTT's keep-alive is a 16-bit field
 constexpr int max_inflight_max = 65535;  // MQTT packet ids are 16 bits
+constexpr int port_max = 65535;
 
-bool starts_with(std::string_view text, std::string_view prefix) {
-    return text.substr(0, prefix.size()) == prefix;
+struct Address {
+    bool tls = false;
+    std::string host;
+    int port = 0;
+};
+
+// The one URI parser here (TODO(issue 15): goes with BrokerOptions::uri once config parses
+// it into a typed endpoint).
+Result<Address> parse_uri(const std::string& uri, const std::string& name) {
+    Address out;
+    std::string_view rest;
+    if (uri.starts_with("tcp://")) {
+        rest = std::string_view(uri).substr(6);
+    } else if (uri.starts_with("ssl://")) {
+        rest = std::string_view(uri).substr(6);
+        out.tls = true;
+    } else {
+        return fail(name + ".uri: '" + uri +
+                    "' must start with tcp:// or ssl:// (for example tcp://127.0.0.1:1883)");
+    }
+    const auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+        return fail(name + ".uri: '" + uri + "' needs a host and a port, as host:port");
+    }
+    const std::string_view port_text = rest.substr(colon + 1);
+    const auto [end, ec] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), out.port);
+    if (ec != std::errc{} || end != port_text.data() + port_text.size() || out.port < 1 ||
+        out.port > port_max) {
+        return fail(name + ".uri: '" + uri + "' has no valid port (1..65535)");
+    }
+    std::string_view host = rest.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);  // [::1]:1883
+    }
+    out.host = std::string(host);
+    return out;
 }
 
 Result<void> check_readable(const BrokerOptions& options, std::string_view key,
@@ -27,6 +66,21 @@ Result<void> check_readable(const BrokerOptions& options, std::string_view key,
                     "': check the path and that the tidemark user may read it");
     }
     return {};
+}
+
+// Whether the address is usable, and whether it is TLS.
+Result<bool> check_address(const BrokerOptions& options) {
+    if (!options.uri.empty()) {
+        auto address = parse_uri(options.uri, options.config_name);
+        if (!address) return std::unexpected(address.error());
+        return address->tls;
+    }
+    if (options.host.empty()) return fail(options.config_name + ".host: must not be empty");
+    if (options.port < 1 || options.port > port_max) {
+        return fail(options.config_name + ".port: " + std::to_string(options.port) +
+                    " is outside 1..65535");
+    }
+    return options.tls;
 }
 
 }  // namespace
@@ -40,33 +94,32 @@ std::chrono::milliseconds reconnect_delay(int failed_attempts, std::chrono::mill
     return std::min(delay, max);
 }
 
+Result<void> take_uri(BrokerOptions& options) {
+    if (options.uri.empty()) return {};
+    auto address = parse_uri(options.uri, options.config_name);
+    if (!address) return std::unexpected(address.error());
+    options.tls = address->tls;
+    options.host = std::move(address->host);
+    options.port = address->port;
+    options.uri.clear();
+    return {};
+}
+
+std::string broker_address(const BrokerOptions& options) {
+    const bool bracket = options.host.find(':') != std::string::npos;
+    return std::string(options.tls ? "ssl://" : "tcp://") + (bracket ? "[" : "") + options.host +
+           (bracket ? "]" : "") + ":" + std::to_string(options.port);
+}
+
 bool uses_tls(const BrokerOptions& options) {
-    return starts_with(options.uri, "ssl://");
+    if (!options.uri.empty()) return options.uri.starts_with("ssl://");
+    return options.tls;
 }
 
 Result<void> validate(const BrokerOptions& options) {
     const std::string& name = options.config_name;
-    std::string_view rest;
-    if (starts_with(options.uri, "tcp://")) {
-        rest = std::string_view(options.uri).substr(6);
-    } else if (starts_with(options.uri, "ssl://")) {
-        rest = std::string_view(options.uri).substr(6);
-    } else {
-        return fail(name + ".uri: '" + options.uri +
-                    "' must start with tcp:// or ssl:// (for example tcp://127.0.0.1:1883)");
-    }
-    const auto colon = rest.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) {
-        return fail(name + ".uri: '" + options.uri + "' needs a host and a port, as host:port");
-    }
-    const std::string_view port_text = rest.substr(colon + 1);
-    int port = 0;
-    const auto [end, ec] =
-        std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (ec != std::errc{} || end != port_text.data() + port_text.size() || port < 1 ||
-        port > 65535) {
-        return fail(name + ".uri: '" + options.uri + "' has no valid port (1..65535)");
-    }
+    auto tls = check_address(options);
+    if (!tls) return std::unexpected(tls.error());
     if (options.client_id.empty()) {
         return fail(name + ".client_id: must not be empty: the broker keeps the persistent " +
                     "session under this id");
@@ -87,8 +140,9 @@ Result<void> validate(const BrokerOptions& options) {
     }
     const bool has_tls_files =
         !options.ca_file.empty() || !options.cert_file.empty() || !options.key_file.empty();
-    if (has_tls_files && !uses_tls(options)) {
-        return fail(name + ".tls is set but " + name + ".uri '" + options.uri +
+    if (has_tls_files && !*tls) {
+        const std::string address = options.uri.empty() ? broker_address(options) : options.uri;
+        return fail(name + ".tls is set but " + name + ".uri '" + address +
                     "' uses tcp://: use ssl:// or remove the tls section");
     }
     if (options.cert_file.empty() != options.key_file.empty()) {
@@ -100,12 +154,41 @@ Result<void> validate(const BrokerOptions& options) {
     return {};
 }
 
+// ---- Paho: the one mapping of BrokerOptions onto its connect options, in its C and C++ forms.
+// The two must say the same: MQTT 3.1.1, clean session off, keep-alive, connect timeout,
+// in-flight window, no automatic reconnect, the credentials, and TLS that verifies the
+// broker's certificate and host name.
+
+void fill_paho_connect(const BrokerOptions& options, PahoConnect& out) {
+    TM_ASSERT(options.uri.empty());  // take_uri() ran
+    out.connect.MQTTVersion = MQTTVERSION_3_1_1;
+    // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
+    // are away, and redelivers the ones we did not acknowledge.
+    out.connect.cleansession = 0;
+    out.connect.keepAliveInterval = options.keep_alive_s;
+    out.connect.connectTimeout = options.connect_timeout_s;
+    out.connect.maxInflight = options.max_inflight;
+    out.connect.retryInterval = 0;       // MQTT 3.1.1: resend only on reconnect
+    out.connect.automaticReconnect = 0;  // each client reconnects itself, to see session-present
+    out.connect.username = options.username.empty() ? nullptr : options.username.c_str();
+    out.connect.password = options.password.empty() ? nullptr : options.password.c_str();
+    out.connect.ssl = nullptr;
+    if (options.tls) {
+        out.ssl.trustStore = options.ca_file.empty() ? nullptr : options.ca_file.c_str();
+        out.ssl.keyStore = options.cert_file.empty() ? nullptr : options.cert_file.c_str();
+        out.ssl.privateKey = options.key_file.empty() ? nullptr : options.key_file.c_str();
+        out.ssl.enableServerCertAuth = 1;
+        out.ssl.verify = 1;  // the host name must match the certificate
+        out.connect.ssl = &out.ssl;
+    }
+}
+
 Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_options& out) {
     if (auto ok = validate(options); !ok) return ok;
+    TM_ASSERT(options.uri.empty());  // take_uri() ran
     try {
         out.set_mqtt_version(MQTTVERSION_3_1_1);
-        // Persistent session: the broker keeps our subscriptions and queues QoS1 messages
-        // (and redelivers unacknowledged ones) while we are disconnected.
+        // Persistent session, as fill_paho_connect(): the caller may turn it off.
         out.set_clean_session(false);
         out.set_keep_alive_interval(options.keep_alive_s);
         out.set_connect_timeout(options.connect_timeout_s);
@@ -113,7 +196,7 @@ Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_
         out.set_automatic_reconnect(false);
         if (!options.username.empty()) out.set_user_name(options.username);
         if (!options.password.empty()) out.set_password(options.password);
-        if (uses_tls(options)) {
+        if (options.tls) {
             ::mqtt::ssl_options ssl;
             if (!options.ca_file.empty()) ssl.set_trust_store(options.ca_file);
             if (!options.cert_file.empty()) ssl.set_key_store(options.cert_file);

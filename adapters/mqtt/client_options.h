@@ -1,5 +1,7 @@
 // How tidemark's MQTT clients reach a broker: one plain struct shared by ingest, forwarder and
-// health, and the translation of it into Paho's connect options.
+// health, its checks, its address as the client libraries take it, and the reconnect backoff.
+// The mapping onto each client library's connect options is in paho_options.h (Paho C and
+// C++) and forwarder_link.cpp (libmosquitto), once per library.
 #pragma once
 
 #include <chrono>
@@ -7,19 +9,22 @@
 
 #include "core/result.h"
 
-namespace mqtt {
-class connect_options;  // Paho C++ (<mqtt/connect_options.h>); forward-declared to keep it out.
-}
-
 namespace tidemark::mqtt {
 
 /// Where and how to connect. Filled from the config's `source` / `upstream` sections.
 struct BrokerOptions {
-    std::string uri;        ///< tcp://host:port, or ssl://host:port for TLS
+    bool tls = false;  ///< true: TLS (what ssl:// says in a uri); false: plain TCP (tcp://)
+    std::string host;  ///< a host name or IP address; an IPv6 address without brackets
+    int port = 0;      ///< 1..65535
+    /// TODO(issue 15): remove once firmware fills tls/host/port from config's typed endpoint
+    /// and the tests do too. "tcp://host:port" or "ssl://host:port" ("[::1]" for IPv6): when
+    /// not empty it is the address, and take_uri() (called by every client's create()) parses
+    /// it into tls/host/port, the one URI parser in adapters/mqtt.
+    std::string uri;
     std::string client_id;  ///< fixed: the broker keeps the persistent session under this id
     std::string username;   ///< empty = no user name sent
     std::string password;   ///< the secret itself (read from password_file by the config loader)
-    std::string ca_file;    ///< TLS: CA bundle to verify the broker; all three empty = no TLS
+    std::string ca_file;    ///< TLS: CA bundle to verify the broker; empty = the system's store
     std::string cert_file;  ///< TLS: client certificate (optional, with key_file)
     std::string key_file;   ///< TLS: client private key (optional, with cert_file)
     int keep_alive_s = 30;
@@ -38,19 +43,22 @@ std::chrono::milliseconds reconnect_delay(int failed_attempts,
                                           std::chrono::milliseconds min = reconnect_delay_min,
                                           std::chrono::milliseconds max = reconnect_delay_max);
 
-/// True when the URI asks for TLS (ssl://).
+/// TODO(issue 15): remove with BrokerOptions::uri. Parses a non-empty `uri` into tls, host and
+/// port and clears it; on failure (the messages validate() gives) leaves `options` unchanged.
+/// An empty `uri` is left alone.
+Result<void> take_uri(BrokerOptions& options);
+
+/// The broker's address as Paho takes it and as messages name it: "tcp://host:port" or
+/// "ssl://host:port", an IPv6 host in brackets (the uri it was parsed from, for those).
+std::string broker_address(const BrokerOptions& options);
+
+/// True when the connection is TLS.
 bool uses_tls(const BrokerOptions& options);
 
-/// Checks what a person wrote before any socket is opened: the URI scheme and port, a
-/// non-empty client id, TLS files that exist and are readable and agree with the URI scheme,
-/// a password without a user name, bounds of keep-alive and in-flight. Names the setting.
+/// Checks what a person wrote before any socket is opened: the address (uri scheme and port,
+/// or host and port), a non-empty client id, TLS files that exist and are readable and agree
+/// with the transport, a password without a user name, bounds of keep-alive and in-flight.
+/// Names the setting.
 Result<void> validate(const BrokerOptions& options);
-
-/// Fills Paho C++ connect options from `options` (validated first): MQTT 3.1.1, clean
-/// session OFF (the broker keeps subscriptions and unacknowledged QoS1 messages while we are
-/// away), keep-alive, in-flight window, user name / password, TLS with server certificate and
-/// host name verification. Automatic reconnect is left OFF: each client runs its own backoff
-/// loop (reconnect_delay) so that it can check the CONNACK's session-present flag.
-Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_options& out);
 
 }  // namespace tidemark::mqtt

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "adapters/mqtt/client_options.h"
+#include "core/clock.h"
 #include "core/result.h"
 
 namespace tidemark::mqtt {
@@ -42,7 +43,7 @@ class OutboxSource {
 };
 
 struct ForwarderOptions {
-    /// uri (tcp:// or ssl://), client_id, credentials, TLS files, keep_alive_s,
+    /// tls, host and port (or uri), client_id, credentials, TLS files, keep_alive_s,
     /// connect_timeout_s, and max_inflight = the most rows published and not yet acknowledged.
     /// The session is always clean here, whatever fill_connect_options() chooses for ingest.
     BrokerOptions broker;
@@ -70,6 +71,10 @@ struct ForwarderOptions {
     /// outbox forever.
     int64_t ack_timeout_ms = 30'000;
     int64_t reconnect_delay_max_ms = 1'500;
+    /// Every time the forwarder reads: backoff, ack timeout, delete interval, polling, the stop
+    /// deadline (steady_ms) and offline_since_ms (wall_ms). A test clock must be advanced for
+    /// those to pass. nullptr: default_clock() (TODO(issue 15): firmware passes its clock).
+    const core::Clock* clock = nullptr;
 };
 
 struct ForwarderStats {

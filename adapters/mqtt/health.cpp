@@ -8,15 +8,18 @@
 #include <random>
 #include <thread>
 
+#include "adapters/mqtt/default_clock.h"
+#include "adapters/mqtt/paho_options.h"
+
 namespace tidemark::mqtt {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int status_qos = 1;
 constexpr std::string_view status_online = "online";
 constexpr std::string_view status_offline = "offline";
+constexpr int64_t wait_slice_ms = 100;
 
 }  // namespace
 
@@ -32,7 +35,10 @@ class HealthPublisher::Impl {
   public:
     Impl(HealthOptions options, std::function<std::string()> snapshot,
          std::unique_ptr<::mqtt::async_client> client)
-        : options_(std::move(options)), snapshot_(std::move(snapshot)), client_(std::move(client)) {
+        : options_(std::move(options)),
+          clock_(options_.clock != nullptr ? *options_.clock : default_clock()),
+          snapshot_(std::move(snapshot)),
+          client_(std::move(client)) {
         client_->set_connection_lost_handler([this](const std::string&) {
             std::lock_guard lock(mutex_);
             link_lost_ = true;
@@ -60,7 +66,7 @@ class HealthPublisher::Impl {
             std::lock_guard lock(mutex_);
             if (!stopping_) {
                 stopping_ = true;
-                stop_deadline_ = Clock::now() + timeout;
+                stop_deadline_ms_ = clock_.steady_ms() + timeout.count();
             }
             wake_.notify_one();
         }
@@ -81,10 +87,17 @@ class HealthPublisher::Impl {
         stats_.last_error = message;
     }
 
-    // Waits until the deadline, stop() or a lost link; true when stopping.
-    bool wait_until(Clock::time_point deadline) {
+    // Waits until the clock reaches `deadline_ms`, stop() or a lost link; true when stopping.
+    // In slices, so that a clock stepped by a test takes effect within one.
+    bool wait_until(int64_t deadline_ms) {
         std::unique_lock lock(mutex_);
-        wake_.wait_until(lock, deadline, [this] { return stopping_ || link_lost_; });
+        for (int64_t left_ms = deadline_ms - clock_.steady_ms(); left_ms > 0;
+             left_ms = deadline_ms - clock_.steady_ms()) {
+            if (wake_.wait_for(lock, milliseconds(std::min(left_ms, wait_slice_ms)),
+                               [this] { return stopping_ || link_lost_; })) {
+                break;
+            }
+        }
         return stopping_;
     }
 
@@ -94,7 +107,7 @@ class HealthPublisher::Impl {
         int failed_attempts = 0;
         bool connected = false;
         ::mqtt::delivery_token_ptr in_flight;
-        auto next_publish = Clock::now();
+        int64_t next_publish_ms = clock_.steady_ms();
         while (true) {
             {
                 std::lock_guard lock(mutex_);
@@ -108,16 +121,11 @@ class HealthPublisher::Impl {
             if (!connected) {
                 if (auto ok = connect(); !ok) {
                     set_error(ok.error().message);
-                    {
-                        std::lock_guard lock(mutex_);
-                        ++stats_.skipped;
-                    }
+                    count_skipped();
                     const double delay_ms =
                         static_cast<double>(reconnect_delay(failed_attempts).count()) * jitter(rng);
                     ++failed_attempts;
-                    if (wait_until(Clock::now() + milliseconds(static_cast<int64_t>(delay_ms)))) {
-                        break;
-                    }
+                    if (wait_until(clock_.steady_ms() + static_cast<int64_t>(delay_ms))) break;
                     continue;
                 }
                 connected = true;
@@ -128,26 +136,35 @@ class HealthPublisher::Impl {
                     stats_.connected = true;
                 }
                 publish(options_.status_topic, std::string(status_online));
-                next_publish = Clock::now();  // a fresh snapshot right after (re)connecting
+                next_publish_ms = clock_.steady_ms();  // a fresh snapshot after (re)connecting
             }
-            const auto now = Clock::now();
-            if (now >= next_publish) {
-                if (in_flight && !in_flight->is_complete()) {
-                    std::lock_guard lock(mutex_);
-                    ++stats_.skipped;
-                } else {
-                    in_flight = publish(options_.topic, snapshot_());
-                    if (in_flight) {
-                        std::lock_guard lock(mutex_);
-                        ++stats_.published;
-                    }
-                }
-                next_publish += milliseconds(options_.interval_ms);
-                if (next_publish < now) next_publish = now + milliseconds(options_.interval_ms);
+            const int64_t now_ms = clock_.steady_ms();
+            if (now_ms >= next_publish_ms) {
+                publish_snapshot(in_flight);
+                next_publish_ms += options_.interval_ms;
+                if (next_publish_ms < now_ms) next_publish_ms = now_ms + options_.interval_ms;
             }
-            if (wait_until(next_publish)) break;
+            if (wait_until(next_publish_ms)) break;
         }
         shut_down(connected);
+    }
+
+    void count_skipped() {
+        std::lock_guard lock(mutex_);
+        ++stats_.skipped;
+    }
+
+    // At most one snapshot in flight: while the previous one is unacknowledged, skip.
+    void publish_snapshot(::mqtt::delivery_token_ptr& in_flight) {
+        if (in_flight && !in_flight->is_complete()) {
+            count_skipped();
+            return;
+        }
+        in_flight = publish(options_.topic, snapshot_());
+        if (in_flight) {
+            std::lock_guard lock(mutex_);
+            ++stats_.published;
+        }
     }
 
     Result<void> connect() {
@@ -163,20 +180,19 @@ class HealthPublisher::Impl {
         }
         try {
             ::mqtt::token_ptr token = client_->connect(connect_options);
-            const auto deadline = Clock::now() +
-                                  std::chrono::seconds(options_.broker.connect_timeout_s) +
-                                  std::chrono::seconds(1);
+            const int64_t deadline_ms =
+                clock_.steady_ms() + (int64_t{options_.broker.connect_timeout_s} + 1) * 1000;
             while (!token->wait_for(milliseconds(100))) {
                 {
                     std::lock_guard lock(mutex_);
                     if (stopping_) return fail("stopped while connecting");
                 }
-                if (Clock::now() > deadline) {
-                    return fail("connect to " + options_.broker.uri + " timed out");
+                if (clock_.steady_ms() > deadline_ms) {
+                    return fail("connect to " + address_ + " timed out");
                 }
             }
         } catch (const ::mqtt::exception& e) {
-            return fail("health: cannot connect to " + options_.broker.uri + ": " + e.what());
+            return fail("health: cannot connect to " + address_ + ": " + e.what());
         }
         return {};
     }
@@ -195,20 +211,20 @@ class HealthPublisher::Impl {
     }
 
     void shut_down(bool connected) {
-        Clock::time_point deadline;
+        int64_t deadline_ms;
         {
             std::lock_guard lock(mutex_);
-            deadline = stop_deadline_;
+            deadline_ms = stop_deadline_ms_;
             stats_.connected = false;
         }
         if (!connected) return;
         // A clean stop says so itself: the will is only for when the process dies.
         try {
             if (auto token = publish(options_.status_topic, std::string(status_offline))) {
-                token->wait_until(deadline);
+                token->wait_for(
+                    milliseconds(std::max<int64_t>(deadline_ms - clock_.steady_ms(), 0)));
             }
-            const auto left_ms = std::max<int64_t>(
-                std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count(), 0);
+            const int64_t left_ms = std::max<int64_t>(deadline_ms - clock_.steady_ms(), 0);
             client_->disconnect(static_cast<int>(left_ms))->wait_for(milliseconds(left_ms + 100));
         } catch (const ::mqtt::exception& e) {
             spdlog::warn("health [{}]: clean stop: {}", options_.broker.client_id, e.what());
@@ -216,6 +232,8 @@ class HealthPublisher::Impl {
     }
 
     const HealthOptions options_;
+    const core::Clock& clock_;
+    const std::string address_ = broker_address(options_.broker);
     const std::function<std::string()> snapshot_;
     std::unique_ptr<::mqtt::async_client> client_;
     std::thread thread_;
@@ -224,12 +242,13 @@ class HealthPublisher::Impl {
     std::condition_variable wake_;
     bool stopping_ = false;
     bool link_lost_ = false;
-    Clock::time_point stop_deadline_;
+    int64_t stop_deadline_ms_ = 0;  ///< steady
     HealthStats stats_;
 };
 
 Result<std::unique_ptr<HealthPublisher>> HealthPublisher::create(
     HealthOptions options, std::function<std::string()> snapshot) {
+    if (auto ok = take_uri(options.broker); !ok) return std::unexpected(ok.error());
     if (auto ok = validate(options.broker); !ok) return std::unexpected(ok.error());
     if (options.topic.empty()) return fail("health.topic is empty");
     if (options.topic.find_first_of("+#") != std::string::npos) {
@@ -247,10 +266,10 @@ Result<std::unique_ptr<HealthPublisher>> HealthPublisher::create(
     std::unique_ptr<::mqtt::async_client> client;
     try {
         client = std::make_unique<::mqtt::async_client>(
-            options.broker.uri, options.broker.client_id, ::mqtt::create_options(MQTTVERSION_3_1_1),
-            nullptr);
+            broker_address(options.broker), options.broker.client_id,
+            ::mqtt::create_options(MQTTVERSION_3_1_1), nullptr);
     } catch (const ::mqtt::exception& e) {
-        return fail(options.broker.config_name + ".uri '" + options.broker.uri +
+        return fail(options.broker.config_name + ".uri '" + broker_address(options.broker) +
                     "' is not usable: " + e.what());
     }
     auto impl = std::make_unique<Impl>(std::move(options), std::move(snapshot), std::move(client));

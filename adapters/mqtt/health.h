@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "adapters/mqtt/client_options.h"
+#include "core/clock.h"
 #include "core/result.h"
 
 namespace tidemark::mqtt {
@@ -22,6 +23,10 @@ struct HealthOptions {
     /// Empty = status_topic_for(topic).
     std::string status_topic;
     int64_t interval_ms = 10'000;
+    /// What the interval, the backoff and the deadlines are measured by (steady_ms). A test
+    /// clock must be advanced for them to pass. nullptr: default_clock() (TODO(issue 15):
+    /// firmware passes its clock).
+    const core::Clock* clock = nullptr;
 };
 
 /// The status topic next to a health topic: its last level replaced by "status"

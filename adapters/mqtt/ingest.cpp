@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "adapters/mqtt/paho_options.h"
+
 // Why the Paho C API and not Paho C++'s async_client: async_client's message callback always
 // returns "processed" to Paho C and copies topic and payload into a new message object per
 // message. Here the callback holds the message (no PUBACK) while the handler asks to retry,
@@ -59,6 +61,7 @@ std::string paho_error(int code, const char* message) {
 
 struct Ingest::State {
     BrokerOptions options;
+    std::string address;  // broker_address(options), for messages
     std::vector<std::string> filters;
     std::vector<char*> filter_pointers;  // MQTTAsync_subscribeMany wants char* const*
     std::vector<int> filter_qos;
@@ -133,7 +136,7 @@ int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTT
     // Paho C sends the PUBACK when this function returns, so it returns only once the handler
     // has taken the message. Returning 0 would not help: Paho would queue the message in
     // memory and acknowledge it at once.
-    auto delay = retry_delay_min;
+    int retries = 0;
     while (s->handler(message) == HandleResult::retry_later) {
         s->handler_retries.fetch_add(1, std::memory_order_relaxed);
         std::unique_lock lock(s->mutex);
@@ -145,8 +148,9 @@ int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTT
             s->changed.notify_all();
             s->changed.wait(lock, [] { return false; });
         }
-        s->changed.wait_for(lock, delay, [s] { return s->stopping; });
-        delay = std::min(delay * 2, retry_delay_max);
+        s->changed.wait_for(lock, reconnect_delay(retries, retry_delay_min, retry_delay_max),
+                            [s] { return s->stopping; });
+        retries = std::min(retries + 1, 32);  // past the cap already; no overflow
     }
     s->messages.fetch_add(1, std::memory_order_relaxed);
     s->bytes.fetch_add(message.payload.size(), std::memory_order_relaxed);
@@ -160,7 +164,7 @@ void Ingest::State::on_connection_lost(void* context, char* cause) {
     auto* s = static_cast<State*>(context);
     s->is_connected = false;
     std::lock_guard lock(s->mutex);
-    s->last_error = "connection to " + s->options.uri + " lost" +
+    s->last_error = "connection to " + s->address + " lost" +
                     (cause != nullptr ? std::string(": ") + cause : std::string());
     if (!s->stopping) {
         spdlog::warn("{}: {}; reconnecting", s->options.config_name, s->last_error);
@@ -197,15 +201,15 @@ void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* res
                                            s->filter_pointers.data(), s->filter_qos.data(), &sub);
     if (rc != MQTTASYNC_SUCCESS) {
         s->set_outcome(Outcome::failed,
-                       "subscribe on " + s->options.uri + " failed: " + paho_error(rc, nullptr));
+                       "subscribe on " + s->address + " failed: " + paho_error(rc, nullptr));
     }
 }
 
 void Ingest::State::on_connect_failure(void* context, MQTTAsync_failureData* response) {
     auto* s = static_cast<State*>(context);
     s->set_outcome(Outcome::failed,
-                   "cannot connect to " + s->options.uri + " as client id '" +
-                       s->options.client_id + "': " +
+                   "cannot connect to " + s->address + " as client id '" + s->options.client_id +
+                       "': " +
                        (response != nullptr ? paho_error(response->code, response->message)
                                             : std::string("connection refused or unreachable")));
 }
@@ -220,7 +224,7 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* r
                                                          : 0;
         }
         if (granted == 0x80) {
-            s->set_outcome(Outcome::failed, "broker " + s->options.uri +
+            s->set_outcome(Outcome::failed, "broker " + s->address +
                                                 " refused the subscription to '" + s->filters[i] +
                                                 "' for client id '" + s->options.client_id +
                                                 "': check the broker's ACL");
@@ -242,7 +246,7 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* r
 void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData* response) {
     auto* s = static_cast<State*>(context);
     s->set_outcome(Outcome::failed,
-                   "subscribe on " + s->options.uri + " failed: " +
+                   "subscribe on " + s->address + " failed: " +
                        (response != nullptr ? paho_error(response->code, response->message)
                                             : std::string("no reason given")));
 }
@@ -259,27 +263,11 @@ void Ingest::State::on_disconnect_failed(void* context, MQTTAsync_failureData*) 
 }
 
 Result<void> Ingest::State::connect_once() {
-    MQTTAsync_connectOptions connect = MQTTAsync_connectOptions_initializer;
-    MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
-    connect.MQTTVersion = MQTTVERSION_3_1_1;
-    // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
-    // are away, and redelivers the ones we did not acknowledge.
-    connect.cleansession = 0;
-    connect.keepAliveInterval = options.keep_alive_s;
-    connect.connectTimeout = options.connect_timeout_s;
-    connect.maxInflight = options.max_inflight;  // our publishes only; ingest sends none
-    connect.retryInterval = 0;                   // MQTT 3.1.1: resend only on reconnect
-    connect.automaticReconnect = 0;              // supervise() does it, to see session-present
-    connect.username = options.username.empty() ? nullptr : options.username.c_str();
-    connect.password = options.password.empty() ? nullptr : options.password.c_str();
-    if (uses_tls(options)) {
-        ssl.trustStore = options.ca_file.empty() ? nullptr : options.ca_file.c_str();
-        ssl.keyStore = options.cert_file.empty() ? nullptr : options.cert_file.c_str();
-        ssl.privateKey = options.key_file.empty() ? nullptr : options.key_file.c_str();
-        ssl.enableServerCertAuth = 1;
-        ssl.verify = 1;  // the host name must match the certificate
-        connect.ssl = &ssl;
-    }
+    // Persistent session (the broker queues and redelivers while we are away); supervise()
+    // reconnects, to see session-present. max_inflight bounds our publishes only: none here.
+    PahoConnect paho;
+    fill_paho_connect(options, paho);
+    MQTTAsync_connectOptions& connect = paho.connect;
     connect.onSuccess = &State::on_connect_success;
     connect.onFailure = &State::on_connect_failure;
     connect.context = this;
@@ -289,14 +277,14 @@ Result<void> Ingest::State::connect_once() {
     }
     if (const int rc = MQTTAsync_connect(client, &connect); rc != MQTTASYNC_SUCCESS) {
         set_outcome(Outcome::failed,
-                    "cannot connect to " + options.uri + ": " + paho_error(rc, nullptr));
+                    "cannot connect to " + address + ": " + paho_error(rc, nullptr));
     }
     std::unique_lock lock(mutex);
     const auto limit = std::chrono::seconds(options.connect_timeout_s) + outcome_margin;
     if (!changed.wait_for(lock, limit,
                           [this] { return outcome != Outcome::pending || stopping; })) {
         last_error =
-            "no answer from " + options.uri + " within " + std::to_string(limit.count()) + " ms";
+            "no answer from " + address + " within " + std::to_string(limit.count()) + " ms";
         return fail(last_error);
     }
     if (outcome == Outcome::ok) return {};
@@ -311,7 +299,7 @@ Result<void> Ingest::State::connect_once() {
         }
         return fail(error);
     }
-    return fail("stopped while connecting to " + options.uri);
+    return fail("stopped while connecting to " + address);
 }
 
 void Ingest::State::supervise() {
@@ -328,7 +316,7 @@ void Ingest::State::supervise() {
             need_reconnect = false;
             failures = 0;
             reconnects.fetch_add(1, std::memory_order_relaxed);
-            spdlog::info("{}: reconnected to {}", options.config_name, options.uri);
+            spdlog::info("{}: reconnected to {}", options.config_name, address);
         } else {
             ++failures;
             connect_failures.fetch_add(1, std::memory_order_relaxed);
@@ -343,6 +331,7 @@ Ingest::Ingest(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
                                                std::vector<std::string> topic_filters,
                                                Handler handler, IngestOptions ingest_options) {
+    if (auto ok = take_uri(options); !ok) return std::unexpected(ok.error());
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
     if (topic_filters.empty()) {
         return fail(options.config_name + ": no topic filter to subscribe to");
@@ -361,6 +350,7 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
 
     auto state = std::make_unique<State>();
     state->options = std::move(options);
+    state->address = broker_address(state->options);
     state->filters = std::move(topic_filters);
     for (auto& f : state->filters) {
         state->filter_pointers.push_back(f.data());
@@ -374,11 +364,11 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
     create.sendWhileDisconnected = 0;
     // No client-side persistence: ingest publishes nothing, and received QoS1 messages are
     // made durable by the handler (the log) before the PUBACK.
-    int rc = MQTTAsync_createWithOptions(&state->client, state->options.uri.c_str(),
+    int rc = MQTTAsync_createWithOptions(&state->client, state->address.c_str(),
                                          state->options.client_id.c_str(),
                                          MQTTCLIENT_PERSISTENCE_NONE, nullptr, &create);
     if (rc != MQTTASYNC_SUCCESS) {
-        return fail(state->options.config_name + ".uri '" + state->options.uri +
+        return fail(state->options.config_name + ".uri '" + state->address +
                     "': cannot create the MQTT client: " + paho_error(rc, nullptr));
     }
     rc = MQTTAsync_setCallbacks(state->client, state.get(), &State::on_connection_lost,
@@ -419,7 +409,7 @@ Result<void> Ingest::start(std::chrono::milliseconds first_connect_timeout) {
         return connected_now;
     }
     spdlog::info("{}: connected to {} as '{}', {} filter(s) at QoS1", s.options.config_name,
-                 s.options.uri, s.options.client_id, s.filters.size());
+                 s.address, s.options.client_id, s.filters.size());
     std::lock_guard lock(s.mutex);
     s.started = true;
     s.supervisor = std::thread([&s] { s.supervise(); });

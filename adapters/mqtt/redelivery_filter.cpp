@@ -2,27 +2,17 @@
 
 #include <algorithm>
 
+#include "core/hash.h"
 #include "core/result.h"
 
 namespace tidemark::mqtt {
 
-namespace {
-constexpr std::uint64_t fnv_offset = 14695981039346656037ull;
-constexpr std::uint64_t fnv_prime = 1099511628211ull;
-
-std::uint64_t fnv1a(std::uint64_t h, std::string_view bytes) {
-    for (const char c : bytes) {
-        h ^= static_cast<unsigned char>(c);
-        h *= fnv_prime;
-    }
-    return h;
-}
-}  // namespace
-
+// The digests live in memory only (candidates of this process): never stored or compared
+// across versions.
 std::uint64_t RedeliveryFilter::hash(std::string_view topic, std::string_view payload) {
-    std::uint64_t h = fnv1a(fnv_offset, topic);
-    h = fnv1a(h, std::string_view("\0", 1));  // so ("ab","c") and ("a","bc") differ
-    return fnv1a(h, payload);
+    using namespace core::hash;
+    const std::uint64_t h = fnv1a(fnv1a(fnv_offset, topic), std::string_view("\0", 1));
+    return fnv1a(h, payload);  // the 0 byte: so ("ab","c") and ("a","bc") differ
 }
 
 void RedeliveryFilter::push_recent(Entry entry) {

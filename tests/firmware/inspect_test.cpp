@@ -5,6 +5,7 @@
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
+#include "firmware/clock.h"
 #include "firmware/commands.h"
 #include "firmware/processor.h"
 #include "tests/firmware/command_test_support.h"
@@ -16,6 +17,8 @@ using nlohmann::json;
 namespace {
 
 constexpr int64_t start_ms = 1764547200000;
+// The checkpoints below are in the past by the host clock: inspect shows their age by it.
+const firmware::SystemClock system_clock;
 
 const char* pipeline_json = R"([{"name": "temp_1m", "topic": "sensors/+/telemetry",
     "key": "topic:1", "timestamp": {"pointer": "/ts", "format": "epoch_ms"},
@@ -99,7 +102,7 @@ uint64_t feed_log(firmware::Processor& processor, const std::string& log_dir, Co
 
 json inspect_json(const firmware::InspectOptions& options, int expected_rc) {
     test::CaptureStdout capture;
-    REQUIRE(firmware::inspect_command(options) == expected_rc);
+    REQUIRE(firmware::inspect_command(options, system_clock) == expected_rc);
     return json::parse(capture.text());
 }
 
@@ -192,7 +195,7 @@ TEST_CASE("inspect --json shows the log, checkpoint, pipelines, outbox and side 
     // The text form says the same.
     options.json = false;
     test::CaptureStdout capture;
-    REQUIRE(firmware::inspect_command(options) == 0);
+    REQUIRE(firmware::inspect_command(options, system_clock) == 0);
     CHECK(capture.text().find("pipeline temp_1m:") != std::string::npos);
     CHECK(capture.text().find("open windows " + std::to_string(live.open_windows)) !=
           std::string::npos);
@@ -202,7 +205,7 @@ TEST_CASE("inspect says so and exits 1 for a missing data_dir or an empty store"
     test::TempDir dir("tidemark-inspect-empty");
     firmware::InspectOptions options;
     options.data_dir = dir.path() + "/nothing-here";
-    CHECK(firmware::inspect_command(options) == 1);
+    CHECK(firmware::inspect_command(options, system_clock) == 1);
 
     options.data_dir = dir.path();
     options.json = true;
@@ -218,7 +221,7 @@ TEST_CASE("inspect says so and exits 1 for a missing data_dir or an empty store"
     CHECK(empty["empty"].get<std::string>().find("empty") != std::string::npos);
 
     firmware::InspectOptions neither;
-    CHECK(firmware::inspect_command(neither) == 2);
+    CHECK(firmware::inspect_command(neither, system_clock) == 2);
 }
 
 TEST_CASE("inspect shows no watermark lag while a pipeline has no watermark yet") {

@@ -9,18 +9,17 @@
 
 using namespace tidemark;
 using codec::DecodeStatus;
-using config::Extractor;
-using config::TimestampSpec;
+using codec::KeySource;
+using codec::TimeFormat;
+using codec::TimeSource;
 
 namespace {
 
-config::PipelineConfig pipeline(TimestampSpec::Format format = TimestampSpec::epoch_ms) {
-    config::PipelineConfig p;
-    p.spec.name = "p";
+codec::DecoderSpec pipeline(TimeFormat format = TimeFormat::epoch_ms) {
+    codec::DecoderSpec p;
     p.topic_filter = "sensors/+/telemetry";
-    p.key = {Extractor{Extractor::topic_level, 1, ""}};
-    p.timestamp = TimestampSpec{false, "/ts", format};
-    p.spec.fields = {"temp", "hum"};
+    p.key = {KeySource{KeySource::topic_level, 1, ""}};
+    p.timestamp = TimeSource{false, "/ts", format};
     p.field_pointers = {"/temp", "/env/hum"};
     return p;
 }
@@ -29,7 +28,7 @@ constexpr std::string_view topic = "sensors/dev-7/telemetry";
 
 // Decodes `payload` with a pipeline reading "/ts" in `format`; returns event_ms or -1 with
 // the status in `status`.
-int64_t time_of(std::string payload, TimestampSpec::Format format, DecodeStatus* status = nullptr) {
+int64_t time_of(std::string payload, TimeFormat format, DecodeStatus* status = nullptr) {
     codec::Decoder decoder(pipeline(format));
     codec::DecodedEvent out;
     DecodeStatus s = decoder.decode(topic, payload, 5, 1, out);
@@ -80,7 +79,7 @@ TEST_CASE("keys from topic levels and pointers, single and composite", "[codec]"
     auto p = pipeline();
     codec::DecodedEvent out;
     SECTION("a pointer to a string, a number, a boolean") {
-        p.key = {Extractor{Extractor::json_pointer, 0, "/id"}};
+        p.key = {KeySource{KeySource::json_pointer, 0, "/id"}};
         codec::Decoder decoder(p);
         REQUIRE(decoder.decode(topic, R"({"ts":1,"id":"a/b"})", 0, 0, out) == DecodeStatus::ok);
         CHECK(out.event.key == "a/b");
@@ -101,8 +100,8 @@ TEST_CASE("keys from topic levels and pointers, single and composite", "[codec]"
               DecodeStatus::bad_key);
     }
     SECTION("composite keys join with '|' and escape it inside parts") {
-        p.key = {Extractor{Extractor::topic_level, 1, ""},
-                 Extractor{Extractor::json_pointer, 0, "/room"}};
+        p.key = {KeySource{KeySource::topic_level, 1, ""},
+                 KeySource{KeySource::json_pointer, 0, "/room"}};
         codec::Decoder decoder(p);
         REQUIRE(decoder.decode(topic, R"({"ts":1,"room":"kitchen"})", 0, 0, out) ==
                 DecodeStatus::ok);
@@ -111,14 +110,14 @@ TEST_CASE("keys from topic levels and pointers, single and composite", "[codec]"
         CHECK(out.event.key == "dev-7|a%7Cb%25");
     }
     SECTION("a topic level the topic does not have") {
-        p.key = {Extractor{Extractor::topic_level, 5, ""}};
+        p.key = {KeySource{KeySource::topic_level, 5, ""}};
         codec::Decoder decoder(p);
         CHECK(decoder.decode(topic, R"({"ts":1})", 0, 0, out) == DecodeStatus::missing_key);
         CHECK(out.reason ==
               "the key is topic level 5 but topic \"sensors/dev-7/telemetry\" has fewer levels");
     }
     SECTION("a partition of its own") {
-        p.partition = {Extractor{Extractor::json_pointer, 0, "/site"}};
+        p.partition = {KeySource{KeySource::json_pointer, 0, "/site"}};
         codec::Decoder decoder(p);
         REQUIRE(decoder.decode(topic, R"({"ts":1,"site":"north"})", 0, 0, out) == DecodeStatus::ok);
         CHECK(out.event.key == "dev-7");
@@ -128,7 +127,7 @@ TEST_CASE("keys from topic levels and pointers, single and composite", "[codec]"
 }
 
 TEST_CASE("epoch timestamps in every unit, as numbers or numeric strings", "[codec]") {
-    using F = TimestampSpec;
+    using F = TimeFormat;
     CHECK(time_of(R"({"ts": 1764400000})", F::epoch_s) == 1764400000000);
     CHECK(time_of(R"({"ts": 1764400000.123})", F::epoch_s) == 1764400000123);
     CHECK(time_of(R"({"ts": "1764400000.1239"})", F::epoch_s) == 1764400000123);
@@ -161,7 +160,7 @@ TEST_CASE("epoch timestamps in every unit, as numbers or numeric strings", "[cod
 }
 
 TEST_CASE("RFC 3339 timestamps, strictly", "[codec]") {
-    using F = TimestampSpec;
+    using F = TimeFormat;
     CHECK(time_of(R"({"ts": "1970-01-01T00:00:00Z"})", F::rfc3339) == 0);
     CHECK(time_of(R"({"ts": "2025-11-29T07:06:40Z"})", F::rfc3339) == 1764400000000);
     CHECK(time_of(R"({"ts": "2025-11-29T07:06:40.123Z"})", F::rfc3339) == 1764400000123);
@@ -193,7 +192,7 @@ TEST_CASE("RFC 3339 timestamps, strictly", "[codec]") {
 
 TEST_CASE("ingest time when the pipeline says so", "[codec]") {
     auto p = pipeline();
-    p.timestamp = TimestampSpec{};
+    p.timestamp = TimeSource{};
     codec::Decoder decoder(p);
     codec::DecodedEvent out;
     REQUIRE(decoder.decode(topic, R"({"temp": 1})", 777, 0, out) == DecodeStatus::ok);

@@ -12,10 +12,15 @@
 #include <string>
 
 #include "core/aggregate.h"
+#include "tests/adapters/config/config_support.h"
 
 using namespace tidemark;
 using config::ConfigError;
 using config::parse_config;
+using test::errors_of;
+using test::minimal;
+using test::only_error;
+using test::replace;
 
 namespace {
 
@@ -34,13 +39,6 @@ struct TempDir {
         return (path / name).string();
     }
 };
-
-// Replaces the first occurrence of `from` (which must exist) in `text`.
-std::string replace(std::string text, const std::string& from, const std::string& to) {
-    auto at = text.find(from);
-    TM_ASSERT(at != std::string::npos);
-    return text.replace(at, from.size(), to);
-}
 
 // DESIGN.md section 6, verbatim.
 const std::string design_example = R"({
@@ -72,35 +70,6 @@ const std::string design_example = R"({
     "limits": {"max_keys": 100000, "max_open_windows": 1000000}
   }]
 })";
-
-// The smallest config that loads; tests below break one thing at a time.
-const std::string minimal = R"({
-  "node_id": "gw-01",
-  "source": {"uri": "tcp://127.0.0.1:1883"},
-  "pipelines": [{
-    "name": "p",
-    "topic": "sensors/+/telemetry",
-    "key": "topic:1",
-    "fields": {"temp": "/temp"},
-    "window": {"type": "tumbling", "size": "1m"},
-    "aggregates": {"n": {"fn": "count"}}
-  }]
-})";
-
-std::vector<ConfigError> errors_of(const std::string& json, const std::string& base = "/") {
-    auto result = parse_config(json, base);
-    REQUIRE_FALSE(result.has_value());
-    return result.error();
-}
-
-// Exactly one error, at `pointer`; returns its message.
-std::string only_error(const std::string& json, const std::string& pointer) {
-    auto errors = errors_of(json);
-    INFO(config::format_errors(errors));
-    REQUIRE(errors.size() == 1);
-    CHECK(errors[0].pointer == pointer);
-    return errors[0].message;
-}
 
 }  // namespace
 

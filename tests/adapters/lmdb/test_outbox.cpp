@@ -18,7 +18,9 @@ using tidemark::lmdb::test::TempDir;
 
 namespace {
 
-constexpr uint8_t k_final = 0, k_update = 1, k_retract = 2;
+using tidemark::core::EmissionKind;
+constexpr EmissionKind k_final = EmissionKind::final_result, k_update = EmissionKind::update,
+                       k_retract = EmissionKind::retract;
 
 StoreOptions options(const std::string& dir) {
     StoreOptions o;
@@ -33,7 +35,7 @@ std::unique_ptr<Store> open_store(const StoreOptions& o) {
     return std::move(*s);
 }
 
-OutboxRow row(uint64_t id, std::string key, int64_t start, uint32_t revision, uint8_t kind,
+OutboxRow row(uint64_t id, std::string key, int64_t start, uint32_t revision, EmissionKind kind,
               std::string payload = "{}") {
     OutboxRow r;
     r.id = id;
@@ -350,7 +352,7 @@ namespace {
 // winning a tie (DESIGN.md section 4), and the running sum of finals + updates - retracts.
 struct Consumer {
     std::map<std::tuple<std::string, std::string, int64_t>,
-             std::tuple<uint32_t, uint8_t, std::string>>
+             std::tuple<uint32_t, EmissionKind, std::string>>
         upserted;
     std::map<std::tuple<std::string, std::string, int64_t>, long> sum;
 
@@ -397,7 +399,7 @@ TEST_CASE("compaction leaves the upserted result as it is without compaction", "
                 Window& w =
                     windows[std::uniform_int_distribution<size_t>(0, windows.size() - 1)(rng)];
                 if (w.gone) continue;
-                auto emit = [&](uint8_t kind, uint32_t rev, long value) {
+                auto emit = [&](EmissionKind kind, uint32_t rev, long value) {
                     OutboxRow r = row(id++, w.key, w.start, rev, kind, std::to_string(value));
                     r.pipeline = w.pipeline;
                     batch.push_back(r);

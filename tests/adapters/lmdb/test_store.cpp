@@ -14,9 +14,12 @@
 #include <vector>
 
 #include "adapters/lmdb/store.h"
+#include "raw_lmdb.h"
 #include "test_support.h"
 
 using namespace tidemark::lmdb;
+using tidemark::lmdb::test::le64;
+using tidemark::lmdb::test::raw_put;
 using tidemark::lmdb::test::read_file;
 using tidemark::lmdb::test::TempDir;
 
@@ -52,33 +55,8 @@ CheckpointMeta meta_at(uint64_t log_offset) {
     m.log_offset = log_offset;
     m.outbox_seq_next = 1;
     m.checkpoint_ms = 1764400000000 + static_cast<int64_t>(log_offset);
-    m.config_fingerprint = "cfg-" + std::to_string(log_offset);
+    m.node_id = "gw-" + std::to_string(log_offset);
     return m;
-}
-
-// Writes straight into an LMDB environment, to plant states the store itself never writes.
-void raw_put(const std::string& dir, const char* db, const std::string& key,
-             const std::string& value) {
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, MDB_CREATE, &dbi) == 0);
-    MDB_val k{key.size(), const_cast<char*>(key.data())};
-    MDB_val v{value.size(), const_cast<char*>(value.data())};
-    REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
-    REQUIRE(mdb_txn_commit(txn) == 0);
-    mdb_env_close(env);
-}
-
-std::string le64(uint64_t v) {
-    std::string s(8, '\0');
-    for (int i = 0; i < 8; ++i)
-        s[i] = static_cast<char>(v >> (8 * i));
-    return s;
 }
 
 }  // namespace
@@ -109,7 +87,7 @@ TEST_CASE("checkpoint round trip with erase, and reopen keeps it", "[lmdb]") {
     REQUIRE(m);
     REQUIRE(m->has_value());
     CHECK((*m)->log_offset == 200);
-    CHECK((*m)->config_fingerprint == "cfg-200");
+    CHECK((*m)->node_id == "gw-200");
     CHECK((*m)->checkpoint_ms == 1764400000200);
     CHECK(state_of(*s) ==
           std::map<std::string, std::string>{{"p1/w/0001", "one"}, {"p1/w/0003", "three'"}});
@@ -514,74 +492,6 @@ TEST_CASE("a full map refuses the write whole and the store stays usable", "[lmd
     auto reopened = open_store(tmp.store(), map_bytes);
     CHECK(reopened->outbox_stats()->rows == appended.size() - seqs.size() + 1);
     CHECK(reopened->load_checkpoint()->value().log_offset == 7);
-}
-
-TEST_CASE("a format 1 store is read (rows without an enqueue time) and upgraded to format 2",
-          "[lmdb]") {
-    TempDir tmp;
-    uint64_t seq = 0;
-    {
-        auto s = open_store(tmp.store());
-        OutboxRow row;
-        row.id = 7;
-        row.pipeline = "p";
-        row.key = "k";
-        row.window_end_ms = 60'000;
-        row.payload = R"({"v":1})";
-        row.enqueued_ms = 1'764'400'000'000;
-        REQUIRE(s->outbox_append(std::span<const OutboxRow>(&row, 1)));
-        auto rows = s->outbox_peek(0, 10).value();
-        REQUIRE(rows.size() == 1);
-        seq = rows[0].seq;
-        CHECK(rows[0].enqueued_ms == 1'764'400'000'000);
-        CHECK(s->outbox_stats().value().oldest_enqueued_ms == 1'764'400'000'000);
-    }
-    // What tidemark with format 1 wrote: the same row without its trailing enqueue time.
-    std::string v1_row;
-    auto put_u32 = [&](uint32_t n) { v1_row.append(reinterpret_cast<const char*>(&n), 4); };
-    auto put_str = [&](const std::string& text) {
-        put_u32(static_cast<uint32_t>(text.size()));
-        v1_row += text;
-    };
-    const uint64_t id = 7;
-    const int64_t start = 0, end = 60'000;
-    v1_row.append(reinterpret_cast<const char*>(&id), 8);
-    put_str("p");
-    put_str("k");
-    v1_row.append(reinterpret_cast<const char*>(&start), 8);
-    v1_row.append(reinterpret_cast<const char*>(&end), 8);
-    put_u32(0);
-    put_u32(0);
-    put_str(R"({"v":1})");
-    std::string key(8, '\0');
-    for (int i = 0; i < 8; ++i)
-        key[static_cast<size_t>(i)] = static_cast<char>(seq >> (56 - 8 * i));
-    raw_put(tmp.store(), "outbox", key, v1_row);
-    raw_put(tmp.store(), "meta", "format_version", le64(1));
-
-    auto s = open_store(tmp.store());
-    auto rows = s->outbox_peek(0, 10).value();
-    REQUIRE(rows.size() == 1);
-    CHECK(rows[0].payload == R"({"v":1})");
-    CHECK(rows[0].key == "k");
-    CHECK(rows[0].enqueued_ms == 0);  // unknown
-    CHECK(s->outbox_stats().value().oldest_enqueued_ms == 0);
-    s.reset();
-    // Now format 2 on disk: a tidemark that reads only format 1 refuses it.
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, tmp.store().c_str(), MDB_RDONLY, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, "meta", 0, &dbi) == 0);
-    const std::string name = "format_version";
-    MDB_val k{name.size(), const_cast<char*>(name.data())}, v;
-    REQUIRE(mdb_get(txn, dbi, &k, &v) == 0);
-    CHECK(std::string(static_cast<const char*>(v.mv_data), v.mv_size) == le64(2));
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
 }
 
 namespace {

@@ -50,12 +50,18 @@ struct Owned {
     int64_t ingest_ms = 0;
     std::string topic;
     std::string payload;
+    std::string reason;  // malformed records only
     bool operator==(const Owned&) const = default;
 };
 
 inline Owned own(const Record& r) {
-    return Owned{r.offset,    r.next_offset,        r.type,
-                 r.ingest_ms, std::string(r.topic), std::string(r.payload)};
+    return Owned{r.offset,
+                 r.next_offset,
+                 r.type,
+                 r.ingest_ms,
+                 std::string(r.topic),
+                 std::string(r.payload),
+                 std::string(r.reason)};
 }
 
 /// Every record from `from` to the current end. Fails the test on a read error.

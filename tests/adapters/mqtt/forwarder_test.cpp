@@ -19,6 +19,7 @@
 
 #include "adapters/codec/topic.h"
 #include "tests/support/broker.h"
+#include "tests/support/manual_clock.h"
 
 using namespace std::chrono_literals;
 using tidemark::Result;
@@ -415,6 +416,38 @@ TEST_CASE("after a long outage the first row leaves within the reconnect cap",
                                    .count();
     INFO("broker back -> rows delivered: " << first_rows_ms << " ms");
     CHECK(first_rows_ms < 2000);
+    forwarder->stop(2s);
+}
+
+TEST_CASE("the reconnect backoff waits on the clock the forwarder is given", "[forwarder][slow]") {
+    Broker broker = Broker::start({.persistence = false, .max_inflight = 1000, .extra_conf = ""});
+    broker.stop();  // nothing listens on its port until restart()
+    tidemark::test::ManualClock clock;
+    MemoryOutbox outbox;
+    append_rows(outbox, 0, 5);
+    auto options = options_for(broker.uri(), "fwd-clock");
+    options.reconnect_delay_min_ms = 1'000;
+    options.reconnect_delay_max_ms = 1'000;
+    options.clock = &clock;
+    auto forwarder = start_forwarder(options, outbox);
+    REQUIRE(eventually([&] { return forwarder->stats().connect_failures >= 1; }, 5s));
+    CHECK(forwarder->stats().offline_since_ms == clock.wall_ms());
+
+    // Twice the longest wait by the host's clock, none by the forwarder's: no new attempt.
+    broker.restart();
+    std::this_thread::sleep_for(2s);
+    CHECK(forwarder->stats().connect_failures == 1);
+    CHECK_FALSE(forwarder->stats().link_up);
+    CHECK(outbox.size() == 5);
+
+    clock.advance(1'000);
+    REQUIRE(eventually([&] { return forwarder->stats().acks == 5; }, 5s));
+    CHECK(forwarder->stats().connect_failures == 1);
+    // Acknowledged rows are deleted once the delete interval (50 ms) has passed, by that clock.
+    std::this_thread::sleep_for(500ms);
+    CHECK(outbox.size() == 5);
+    clock.advance(50);
+    REQUIRE(eventually([&] { return outbox.size() == 0; }, 5s));
     forwarder->stop(2s);
 }
 

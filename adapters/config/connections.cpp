@@ -1,0 +1,256 @@
+// The connection sections: source, upstream and health, with the broker URI parsed once into
+// an Endpoint, TLS files, credentials and topic templates.
+#include <algorithm>
+#include <charconv>
+
+#include "adapters/config/checker.h"
+
+namespace tidemark::config {
+
+using namespace detail;
+
+std::expected<Endpoint, std::string> parse_broker_uri(std::string_view uri) {
+    // What every client here speaks (client_options.h's validate): MQTT over TCP or TLS. Paho
+    // would take mqtt:// and ws:// too, but the forwarder's libmosquitto does not, and a
+    // config that check-config passes must run.
+    Endpoint endpoint;
+    std::string_view rest;
+    if (uri.starts_with("tcp://")) {
+        rest = uri.substr(6);
+    } else if (uri.starts_with("ssl://")) {
+        rest = uri.substr(6);
+        endpoint.tls = true;
+    } else {
+        return std::unexpected(in_quotes(uri) +
+                               " is not a broker URI: use tcp:// or ssl:// followed by host:port, "
+                               "as in \"tcp://127.0.0.1:1883\"");
+    }
+    // A path after the authority is ignored, as it always was; no client here uses one.
+    std::string_view authority = rest.substr(0, rest.find('/'));
+    std::string_view host = authority;
+    if (authority.starts_with('[')) {  // IPv6 literal
+        size_t close = authority.find(']');
+        host = authority.substr(0, close == std::string_view::npos ? authority.size() : close + 1);
+    } else {
+        host = authority.substr(0, authority.rfind(':'));
+    }
+    if (host.empty() || host == "[]") {
+        return std::unexpected(in_quotes(uri) +
+                               " has no host: use a form such as \"tcp://127.0.0.1:1883\"");
+    }
+    if (host.size() == authority.size()) {
+        return std::unexpected(in_quotes(uri) + " has no port: use host:port, as in " +
+                               "\"tcp://127.0.0.1:1883\" (8883 is the usual one for ssl://)");
+    }
+    std::string_view port = authority.substr(host.size());
+    if (!port.starts_with(':')) return std::unexpected(in_quotes(uri) + " is not host:port");
+    port.remove_prefix(1);
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+        return std::unexpected(in_quotes(uri) + " has an invalid port: use 1 to 65535");
+    }
+    if (host.starts_with('[')) host = host.substr(1, host.size() - 2);
+    endpoint.host = std::string(host);
+    endpoint.port = static_cast<uint16_t>(value);
+    return endpoint;
+}
+
+namespace detail {
+namespace {
+
+constexpr size_t password_bytes_max = 4096;
+constexpr uint64_t payload_bytes_limit = 256ULL << 20;  // MQTT's maximum packet size
+
+// Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
+void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
+              Endpoint& endpoint) {
+    if (!c.read_string(*s, s.pointer, "uri", uri, required_hint)) return;
+    if (auto parsed = parse_broker_uri(uri)) {
+        endpoint = std::move(*parsed);
+    } else {
+        c.error(s.pointer + "/uri", parsed.error());
+    }
+}
+
+// {node_id}, {pipeline} and (where allowed) {key}; no wildcards, since it names a topic.
+void check_topic_template(Checker& c, const std::string& pointer, const std::string& tmpl,
+                          std::initializer_list<std::string_view> placeholders) {
+    std::vector<std::string> names;
+    for (auto name : placeholders)
+        names.push_back("{" + std::string(name) + "}");
+    if (tmpl.empty()) {
+        c.error(pointer, "a topic cannot be empty");
+        return;
+    }
+    for (size_t i = 0; i < tmpl.size(); ++i) {
+        char ch = tmpl[i];
+        if (ch == '+' || ch == '#' || ch == '\0') {
+            c.error(pointer, in_quotes(tmpl) + " contains '" + std::string(1, ch ? ch : '0') +
+                                 "': a topic to publish to cannot contain wildcards or NUL");
+            return;
+        }
+        if (ch == '}') {
+            c.error(pointer, in_quotes(tmpl) + " has a '}' without '{': placeholders are " +
+                                 join(names, ", "));
+            return;
+        }
+        if (ch != '{') continue;
+        size_t close = tmpl.find('}', i);
+        std::string name = close == std::string::npos ? "" : tmpl.substr(i, close - i + 1);
+        if (std::find(names.begin(), names.end(), name) == names.end()) {
+            c.error(pointer, in_quotes(tmpl) + " uses an unknown placeholder" +
+                                 (name.empty() ? std::string() : " " + name) +
+                                 ": the placeholders are " + join(names, ", "));
+            return;
+        }
+        i = close;
+    }
+}
+
+// Reads an optional topic template at `key`.
+void read_topic_template(Checker& c, const Section& s, std::string_view key, std::string& out,
+                         std::initializer_list<std::string_view> placeholders) {
+    if (c.read_string(*s, s.pointer, key, out)) {
+        check_topic_template(c, child(s.pointer, key), out, placeholders);
+    }
+}
+
+// `uri` is the text as written: a tls section on a URI that is not ssl:// is refused even when
+// the URI has other faults.
+std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::string& uri) {
+    Section s = c.section(*parent, parent.pointer, "tls", R"({"ca_file": "/etc/tidemark/ca.pem"})",
+                          {"ca_file", "cert_file", "key_file"});
+    if (!s) return std::nullopt;
+    TlsConfig tls;
+    for (auto [key, target] : {std::pair<std::string_view, std::string*>{"ca_file", &tls.ca_file},
+                               {"cert_file", &tls.cert_file},
+                               {"key_file", &tls.key_file}}) {
+        if (c.read_string(*s, s.pointer, key, *target)) {
+            *target = c.resolve_path(*target);
+            c.readable_file(child(s.pointer, key), *target, "TLS file");
+        }
+    }
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+        c.error(s.pointer,
+                "cert_file and key_file go together: set both for a client certificate, or "
+                "neither");
+    }
+    if (!uri.empty() && !uri.starts_with("ssl://")) {
+        c.error(s.pointer,
+                "tls is set but " + in_quotes(uri) + " is not an encrypted transport: use ssl://");
+    }
+    return tls;
+}
+
+// username + password_file; an inline "password" is refused so secrets stay out of configs.
+void read_credentials(Checker& c, const Section& s, std::string& username, std::string& password) {
+    c.read_string(*s, s.pointer, "username", username);
+    if (Checker::member(*s, "password")) {
+        c.error(child(s.pointer, "password"),
+                "passwords are not accepted in the config: write it to a file only the tidemark "
+                "user can read and name that file in \"password_file\"");
+    }
+    std::string file;
+    if (!c.read_string(*s, s.pointer, "password_file", file)) return;
+    std::string p = child(s.pointer, "password_file");
+    file = c.resolve_path(file);
+    std::string contents;
+    if (c.readable_file(p, file, "password file", &contents, password_bytes_max)) {
+        while (!contents.empty() && (contents.back() == '\n' || contents.back() == '\r')) {
+            contents.pop_back();
+        }
+        if (contents.empty()) c.error(p, "the password file " + in_quotes(file) + " is empty");
+        password = std::move(contents);
+    }
+    if (username.empty()) {
+        c.error(p,
+                "password_file is set but username is not: MQTT 3.1.1 sends a password only with "
+                "a username");
+    }
+}
+
+void read_client_id(Checker& c, const Section& s, std::string& client_id) {
+    c.read_string(*s, s.pointer, "client_id", client_id);
+    if (client_id.empty()) c.error(s.pointer + "/client_id", "a client id cannot be empty");
+}
+
+void read_outbox(Checker& c, const Section& upstream, OutboxConfig& outbox) {
+    Section s = c.section(*upstream, upstream.pointer, "outbox",
+                          R"({"max_bytes": "256MiB", "when_full": "drop_oldest"})",
+                          {"max_bytes", "when_full"});
+    if (!s) return;
+    c.read_size(*s, s.pointer, "max_bytes", outbox.max_bytes, 1ULL << 20, 1ULL << 40);
+    c.read_choice(
+        *s, s.pointer, "when_full", outbox.when_full,
+        {{"drop_oldest", WhenFull::drop_oldest}, {"pause_ingest", WhenFull::pause_ingest}});
+}
+
+}  // namespace
+
+void read_source(Checker& c, const Json& root, const std::string& node_id, SourceConfig& source) {
+    Section s =
+        c.section(root, "", "source", R"({"uri": "tcp://127.0.0.1:1883"})",
+                  {"uri", "client_id", "username", "password_file", "tls", "max_payload",
+                   "retained", "clock"},
+                  R"(the gateway broker to read from, e.g. {"uri": "tcp://127.0.0.1:1883"})");
+    if (!s) return;
+    read_uri(c, s, "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"", source.uri,
+             source.endpoint);
+    source.client_id = "tidemark-" + node_id;
+    read_client_id(c, s, source.client_id);
+    read_credentials(c, s, source.username, source.password);
+    source.tls = read_tls(c, s, source.uri);
+    c.read_size(*s, s.pointer, "max_payload", source.max_payload_bytes, 16, payload_bytes_limit);
+    c.read_choice(*s, s.pointer, "retained", source.accept_retained,
+                  {{"skip", false}, {"ingest", true}});
+    c.read_choice(*s, s.pointer, "clock", source.clock_trust,
+                  {{"auto", ClockTrust::automatic},
+                   {"synchronised", ClockTrust::synchronised},
+                   {"always", ClockTrust::always}});
+}
+
+void read_upstream(Checker& c, const Json& root, const std::string& node_id,
+                   std::optional<UpstreamConfig>& out) {
+    Section s =
+        c.section(root, "", "upstream", R"({"uri": "ssl://cloud.example:8883"})",
+                  {"uri", "client_id", "username", "password_file", "tls", "topic", "side_topic",
+                   "qos", "max_inflight", "outbox", "compact_superseded", "reconnect_max"});
+    if (!s) return;
+    UpstreamConfig up;
+    read_uri(c, s, "the broker results go to, e.g. \"ssl://cloud.example:8883\"", up.uri,
+             up.endpoint);
+    up.client_id = node_id;
+    read_client_id(c, s, up.client_id);
+    read_credentials(c, s, up.username, up.password);
+    up.tls = read_tls(c, s, up.uri);
+    read_topic_template(c, s, "topic", up.topic, {"node_id", "pipeline", "key"});
+    read_topic_template(c, s, "side_topic", up.side_topic, {"node_id", "pipeline", "key"});
+    uint64_t value = 0;
+    if (c.read_uint(*s, s.pointer, "qos", value, 0, 1)) up.qos = static_cast<int>(value);
+    if (c.read_uint(*s, s.pointer, "max_inflight", value, 1, 65535)) {
+        up.max_inflight = static_cast<uint32_t>(value);
+    }
+    c.read_bool(*s, s.pointer, "compact_superseded", up.compact_superseded);
+    if (c.read_duration(*s, s.pointer, "reconnect_max", up.reconnect_max_ms, true) &&
+        (up.reconnect_max_ms < UpstreamConfig::reconnect_min_ms ||
+         up.reconnect_max_ms > UpstreamConfig::reconnect_max_ms_limit)) {
+        c.error(s.pointer + "/reconnect_max",
+                "must be between 250ms and 1h: the longest wait between two connect attempts, "
+                "and so the longest a recovered link stays unused");
+    }
+    read_outbox(c, s, up.outbox);
+    out = std::move(up);
+}
+
+void read_health(Checker& c, const Json& root, HealthConfig& health) {
+    Section s = c.section(root, "", "health",
+                          R"({"topic": "tidemark/{node_id}/health", "interval": "10s"})",
+                          {"topic", "interval"});
+    if (!s) return;
+    read_topic_template(c, s, "topic", health.topic, {"node_id"});
+    c.read_duration(*s, s.pointer, "interval", health.interval_ms, true);
+}
+
+}  // namespace detail
+}  // namespace tidemark::config

@@ -1,0 +1,407 @@
+// The outbox: result rows in seq order with their unique id index (outbox_ids, outbox_id_seqs),
+// the compaction index of the latest row per window (outbox_windows), the bound on its bytes,
+// and its durable counters in meta.
+#include <lmdb.h>
+
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "adapters/crash/crash_point.h"
+#include "adapters/lmdb/row_codec.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/lmdb/store_internal.h"
+
+namespace tidemark::lmdb {
+
+using namespace detail;
+using crash::crash_point;
+using crash::CrashPoint;
+
+StoreResult<uint64_t> Store::Impl::remove_outbox_row(MDB_txn* txn, uint64_t seq,
+                                                     std::string_view what) {
+    std::string k = u64_key(seq);
+    auto v = get(txn, outbox, k, what);
+    if (!v) return std::unexpected(v.error());
+    if (!*v) return uint64_t{0};
+    uint64_t cost = (**v).size() + row_key_bytes;
+    OutboxRow row;
+    if (!decode_outbox_row(**v, seq, row))
+        return std::unexpected(
+            StoreError{errc::corrupt, "LMDB store " + dir + ": outbox row " + std::to_string(seq) +
+                                          " is garbled. Move the directory aside"});
+    if (auto wk = window_key(row)) {
+        auto w = get(txn, windows, *wk, what);
+        if (!w) return std::unexpected(w.error());
+        if (*w && (**w).size() == 8 && u64_of_key(**w) == seq) {
+            if (auto d = del(txn, windows, *wk, what); !d) return std::unexpected(d.error());
+        }
+    }
+    if (auto d = del(txn, outbox, k, what); !d) return std::unexpected(d.error());
+    return cost;
+}
+
+namespace {
+
+struct OutboxCounters {
+    uint64_t seq_next = 0, bytes = 0, dropped = 0, duplicates = 0, compacted = 0;
+};
+
+StoreResult<OutboxCounters> load_outbox_counters(Store::Impl& impl, MDB_txn* txn) {
+    OutboxCounters c;
+    struct Field {
+        std::string_view key;
+        uint64_t* out;
+    };
+    for (Field f :
+         {Field{meta_outbox_seq_next, &c.seq_next}, Field{meta_outbox_bytes, &c.bytes},
+          Field{meta_outbox_dropped, &c.dropped}, Field{meta_outbox_duplicates, &c.duplicates},
+          Field{meta_outbox_compacted, &c.compacted}}) {
+        auto v = impl.get_u64(txn, f.key, "reading outbox counters");
+        if (!v) return std::unexpected(v.error());
+        *f.out = *v;
+    }
+    if (c.seq_next < seq_first)
+        return std::unexpected(StoreError{errc::corrupt, "LMDB store " + impl.dir +
+                                                             ": outbox_seq_next is missing. Move "
+                                                             "the directory aside"});
+    return c;
+}
+
+StoreResult<void> store_outbox_counters(Store::Impl& impl, MDB_txn* txn, const OutboxCounters& c) {
+    const std::string_view what = "writing outbox counters";
+    for (auto [key, v] :
+         {std::pair{meta_outbox_seq_next, c.seq_next}, std::pair{meta_outbox_bytes, c.bytes},
+          std::pair{meta_outbox_dropped, c.dropped},
+          std::pair{meta_outbox_duplicates, c.duplicates},
+          std::pair{meta_outbox_compacted, c.compacted}}) {
+        if (auto p = impl.put_u64(txn, key, v, what); !p) return p;
+    }
+    return {};
+}
+
+constexpr std::string_view append_what = "appending to the outbox";
+
+// One outbox_append transaction and what it has done so far.
+struct AppendBatch {
+    Store::Impl& impl;
+    MDB_txn* txn;
+    const StoreOptions& options;
+    uint64_t claimed;  // rows with a seq below it may be on the wire: never compacted
+    OutboxCounters counters;
+    uint64_t bytes_before = 0;     // the outbox's bytes before the batch
+    uint64_t batch_seq_first = 0;  // the seq of the batch's first row
+    AppendResult result;
+};
+
+// Compacts the unsent row that row supersedes in its window, if any. Returns whether row itself
+// is still to be written.
+StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::string_view wkey) {
+    auto latest = b.impl.get(b.txn, b.impl.windows, wkey, append_what);
+    if (!latest) return std::unexpected(latest.error());
+    const uint64_t old_seq = (*latest && (**latest).size() == 8) ? u64_of_key(**latest) : 0;
+    OutboxRow old;
+    bool old_unsent = false;
+    if (old_seq != 0 && old_seq >= b.claimed) {
+        auto ov = b.impl.get(b.txn, b.impl.outbox, u64_key(old_seq), append_what);
+        if (!ov) return std::unexpected(ov.error());
+        old_unsent = *ov && decode_outbox_row(**ov, old_seq, old);
+    }
+    // Only a final/update is ever superseded: an unsent retract cancels a row that may have
+    // reached the consumer, so it must travel.
+    const auto retract = core::EmissionKind::retract;
+    if (!old_unsent || old.kind == retract) return true;
+    const bool cancels_old = row.kind == retract && row.revision == old.revision;
+    const bool replaces_old = row.kind != retract && row.revision > old.revision;
+    if (!cancels_old && !replaces_old) return true;
+    auto removed = b.impl.remove_outbox_row(b.txn, old_seq, append_what);
+    if (!removed) return std::unexpected(removed.error());
+    b.counters.bytes -= *removed;
+    // A retract of a row never sent: neither was sent, nothing to show, nothing to cancel.
+    b.result.compacted += cancels_old ? 2 : 1;
+    return !cancels_old;
+}
+
+// Appends one row: its id in the unique index (or skipped as a duplicate), compaction of the row
+// it supersedes, the row itself and its window's latest seq.
+StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
+    Store::Impl& impl = b.impl;
+    const std::string id_key = u64_key(row.id);
+    auto seen = impl.get(b.txn, impl.ids, id_key, append_what);
+    if (!seen) return std::unexpected(seen.error());
+    if (*seen) {
+        ++b.result.duplicates_skipped;
+        return {};
+    }
+    const uint64_t seq = b.counters.seq_next++;
+    const std::string seq_key = u64_key(seq);
+    // The id stays known even if the row is compacted or dropped: a regenerated emission after
+    // a crash is recognised either way.
+    if (auto p = impl.put(b.txn, impl.ids, id_key, seq_key, MDB_NOOVERWRITE, append_what); !p)
+        return p;
+    if (auto p = impl.put(b.txn, impl.id_seqs, seq_key, id_key, MDB_APPEND, append_what); !p)
+        return p;
+    const auto wkey = window_key(row);
+    if (b.options.compact_superseded && wkey) {
+        auto write_row = compact_superseded(b, row, *wkey);
+        if (!write_row) return std::unexpected(write_row.error());
+        if (!*write_row) return {};
+    }
+    const std::string value = encode_outbox_row(row);
+    if (auto p = impl.put(b.txn, impl.outbox, seq_key, value, MDB_APPEND, append_what); !p)
+        return p;
+    b.counters.bytes += value.size() + row_key_bytes;
+    ++b.result.appended;
+    if (wkey) return impl.put(b.txn, impl.windows, *wkey, seq_key, 0, append_what);
+    return {};
+}
+
+// when_full = drop_oldest: deletes the oldest rows, sent or not, until the outbox is within
+// outbox_bytes_max. Rows of this batch may go too (then they count as dropped, not appended).
+StoreResult<void> drop_oldest(AppendBatch& b) {
+    MDB_cursor* cur;
+    if (int rc = mdb_cursor_open(b.txn, b.impl.outbox, &cur); rc != 0)
+        return std::unexpected(b.impl.error(rc, append_what));
+    while (b.counters.bytes > b.options.outbox_bytes_max) {
+        MDB_val k, v;
+        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        if (rc == MDB_NOTFOUND) break;
+        if (rc != 0) {
+            mdb_cursor_close(cur);
+            return std::unexpected(b.impl.error(rc, append_what));
+        }
+        const uint64_t seq = u64_of_key(view(k));
+        auto removed = b.impl.remove_outbox_row(b.txn, seq, append_what);
+        if (!removed) {
+            mdb_cursor_close(cur);
+            return std::unexpected(removed.error());
+        }
+        b.counters.bytes -= *removed;
+        ++b.result.dropped;
+        if (seq >= b.batch_seq_first) --b.result.appended;
+    }
+    mdb_cursor_close(cur);
+    return {};
+}
+
+// The bound, once the batch is in: nothing to do within it; beyond it drop_oldest, or refuse
+// the batch (pause_ingest: errc::full with an empty message, filled in by outbox_append).
+StoreResult<void> enforce_bound(AppendBatch& b) {
+    const uint64_t bytes = b.counters.bytes;
+    if (bytes <= b.options.outbox_bytes_max || bytes <= b.bytes_before) return {};
+    if (b.options.outbox_when_full == WhenFull::drop_oldest) return drop_oldest(b);
+    // An empty outbox takes the batch whatever its size (one engine step's results, bounded by
+    // the runtime): refused, a batch larger than the bound would wait forever for a drain that
+    // has nothing left to drain.
+    if (b.bytes_before == 0) return {};
+    return std::unexpected(StoreError{errc::full, ""});
+}
+
+}  // namespace
+
+StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) {
+    TM_WRITABLE();
+    // Which rows may be compacted is decided against the claim under claim_mutex_, held until
+    // the commit: a peek before it has claimed its rows, a peek after it sees the compaction.
+    // Taken inside the write txn, so a peek waits for this append only, not for other writers.
+    std::unique_lock claim_lock(claim_mutex_, std::defer_lock);
+    uint64_t full_bytes = 0;
+    auto r = impl_->write_within_reserve<AppendResult>(
+        append_what, [&](MDB_txn* txn) -> StoreResult<AppendResult> {
+            if (options_.compact_superseded) claim_lock.lock();
+            auto counters = load_outbox_counters(*impl_, txn);
+            if (!counters) return std::unexpected(counters.error());
+            AppendBatch b{*impl_,
+                          txn,
+                          options_,
+                          claimed_seq_next_.load(),
+                          *counters,
+                          counters->bytes,
+                          counters->seq_next,
+                          AppendResult{}};
+            for (const OutboxRow& row : rows)
+                if (auto a = append_row(b, row); !a) return std::unexpected(a.error());
+            if (auto e = enforce_bound(b); !e) {
+                full_bytes = b.counters.bytes;
+                return std::unexpected(e.error());
+            }
+            b.counters.dropped += b.result.dropped;
+            b.counters.duplicates += b.result.duplicates_skipped;
+            b.counters.compacted += b.result.compacted;
+            if (auto s = store_outbox_counters(*impl_, txn, b.counters); !s)
+                return std::unexpected(s.error());
+            return b.result;
+        });
+    if (claim_lock.owns_lock()) claim_lock.unlock();
+    if (!r && r.error().code == errc::full) {
+        r.error().message =
+            "LMDB store " + dir() + ": the outbox is full (" + std::to_string(full_bytes) +
+            " bytes with this batch, " +
+            "upstream.outbox.max_bytes = " + std::to_string(options_.outbox_bytes_max) +
+            ", when_full = pause_ingest); nothing was written. Ingest pauses "
+            "until the forwarder drains it";
+    }
+    if (r) crash_point(CrashPoint::after_outbox_append);
+    return r;
+}
+
+StoreResult<std::vector<OutboxRow>> Store::outbox_peek(uint64_t from_seq, size_t limit) {
+    // The snapshot and the claim under one lock with outbox_append's compaction (see there): no
+    // append can have decided to compact a returned row, nor decide it later.
+    std::lock_guard claim_lock(claim_mutex_);
+    auto rows = impl_->read<std::vector<OutboxRow>>(
+        "reading the outbox", [&](MDB_txn* txn) -> StoreResult<std::vector<OutboxRow>> {
+            std::vector<OutboxRow> out;
+            MDB_cursor* cur;
+            if (int rc = mdb_cursor_open(txn, impl_->outbox, &cur); rc != 0)
+                return std::unexpected(impl_->error(rc, "reading the outbox"));
+            std::string from = u64_key(from_seq);
+            MDB_val k = val(from), v;
+            int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+            for (; rc == 0 && out.size() < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                OutboxRow row;
+                if (!decode_outbox_row(view(v), u64_of_key(view(k)), row)) {
+                    mdb_cursor_close(cur);
+                    return std::unexpected(StoreError{
+                        errc::corrupt, "LMDB store " + dir() + ": outbox row " +
+                                           std::to_string(u64_of_key(view(k))) + " is garbled"});
+                }
+                out.push_back(std::move(row));
+            }
+            mdb_cursor_close(cur);
+            if (rc != 0 && rc != MDB_NOTFOUND)
+                return std::unexpected(impl_->error(rc, "reading the outbox"));
+            return out;
+        });
+    if (rows && !rows->empty()) set_claimed(rows->back().seq + 1);
+    return rows;
+}
+
+StoreResult<void> Store::outbox_delete(std::span<const uint64_t> seqs) {
+    TM_WRITABLE();
+    auto delete_txn = [&](std::span<const uint64_t> part) {
+        return impl_->write<void>("deleting outbox rows", [&](MDB_txn* txn) -> StoreResult<void> {
+            auto c = load_outbox_counters(*impl_, txn);
+            if (!c) return std::unexpected(c.error());
+            for (uint64_t seq : part) {
+                auto removed = impl_->remove_outbox_row(txn, seq, "deleting outbox rows");
+                if (!removed) return std::unexpected(removed.error());
+                TM_ASSERT(c->bytes >= *removed);
+                c->bytes -= *removed;
+            }
+            return store_outbox_counters(*impl_, txn, *c);
+        });
+    };
+    size_t deleted = 0;
+    auto r = delete_halving_on_map_full(seqs, delete_txn, deleted);
+    if (!r) return std::unexpected(partly_done(std::move(r.error()), deleted, seqs.size()));
+    crash_point(CrashPoint::after_outbox_delete);
+    return r;
+}
+
+namespace {
+// One transaction of prune_ids: at most limit ids; attempted says how many it got to.
+StoreResult<size_t> prune_ids_txn(Store::Impl& impl, uint64_t below_seq, size_t limit,
+                                  size_t& attempted) {
+    return impl.write<size_t>("pruning outbox ids", [&](MDB_txn* txn) -> StoreResult<size_t> {
+        const std::string_view what = "pruning outbox ids";
+        MDB_cursor* cur;
+        if (int rc = mdb_cursor_open(txn, impl.id_seqs, &cur); rc != 0)
+            return std::unexpected(impl.error(rc, what));
+        size_t n = 0;
+        MDB_val k, v;
+        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        while (rc == 0 && n < limit && u64_of_key(view(k)) < below_seq) {
+            attempted = n + 1;
+            const std::string id_key(view(v));
+            const std::string seq_key(view(k));
+            auto owner = impl.get(txn, impl.ids, id_key, what);
+            if (!owner) {
+                mdb_cursor_close(cur);
+                return std::unexpected(owner.error());
+            }
+            if (*owner && **owner == seq_key) {
+                if (auto d = impl.del(txn, impl.ids, id_key, what); !d) {
+                    mdb_cursor_close(cur);
+                    return std::unexpected(d.error());
+                }
+            }
+            if ((rc = mdb_cursor_del(cur, 0)) != 0) break;
+            ++n;
+            rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        }
+        mdb_cursor_close(cur);
+        if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl.error(rc, what));
+        return n;
+    });
+}
+}  // namespace
+
+StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
+    TM_WRITABLE();
+    // In a full map, fewer ids per transaction (as delete_halving_on_map_full): the limit starts
+    // at what the failed transaction tried and halves down to one id.
+    size_t pruned = 0;
+    size_t limit = std::numeric_limits<size_t>::max();
+    for (;;) {
+        size_t attempted = 0;
+        auto r = prune_ids_txn(*impl_, below_seq, limit, attempted);
+        if (r) {
+            pruned += *r;
+            if (*r < limit) return pruned;
+            continue;
+        }
+        if (r.error().code != errc::map_full || attempted <= 1) {
+            StoreError e = std::move(r.error());
+            if (pruned > 0)
+                e.message += " (" + std::to_string(pruned) +
+                             " ids were pruned in smaller transactions first; prune again)";
+            return std::unexpected(std::move(e));
+        }
+        limit = attempted / 2;
+    }
+}
+
+void Store::set_claimed(uint64_t seq_next) {
+    // Claims only move forward: a forwarder restarting its scan must not re-open compaction of
+    // rows it already published.
+    uint64_t cur = claimed_seq_next_.load();
+    while (seq_next > cur && !claimed_seq_next_.compare_exchange_weak(cur, seq_next)) {
+    }
+}
+
+StoreResult<OutboxStats> Store::outbox_stats() {
+    return impl_->read<OutboxStats>(
+        "reading outbox stats", [&](MDB_txn* txn) -> StoreResult<OutboxStats> {
+            auto c = load_outbox_counters(*impl_, txn);
+            if (!c) return std::unexpected(c.error());
+            OutboxStats s;
+            s.bytes = c->bytes;
+            s.seq_next = c->seq_next;
+            s.dropped = c->dropped;
+            s.duplicates_skipped = c->duplicates;
+            s.compacted = c->compacted;
+            MDB_stat st;
+            if (int rc = mdb_stat(txn, impl_->outbox, &st); rc != 0)
+                return std::unexpected(impl_->error(rc, "reading outbox stats"));
+            s.rows = st.ms_entries;
+            MDB_cursor* cur;
+            if (int rc = mdb_cursor_open(txn, impl_->outbox, &cur); rc != 0)
+                return std::unexpected(impl_->error(rc, "reading outbox stats"));
+            MDB_val k, v;
+            int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+            if (rc == 0) {
+                s.oldest_seq = u64_of_key(view(k));
+                OutboxRow oldest;
+                if (decode_outbox_row(view(v), s.oldest_seq, oldest))
+                    s.oldest_enqueued_ms = oldest.enqueued_ms;
+            }
+            mdb_cursor_close(cur);
+            if (rc != 0 && rc != MDB_NOTFOUND)
+                return std::unexpected(impl_->error(rc, "reading outbox stats"));
+            return s;
+        });
+}
+
+}  // namespace tidemark::lmdb

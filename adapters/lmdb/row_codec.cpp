@@ -1,0 +1,160 @@
+#include "adapters/lmdb/row_codec.h"
+
+#include "adapters/lmdb/store.h"
+#include "core/bytes.h"
+
+namespace tidemark::lmdb::detail {
+
+namespace bytes = core::bytes;
+
+namespace {
+
+constexpr uint8_t checkpoint_encoding = 1;
+// The first byte of a side row with columns. Rows written before had no tag: their value was the
+// JSON record, and JSON text never begins with a NUL byte (only with whitespace or a value).
+constexpr char side_row_columns_tag = '\0';
+// core::bytes's sortable encoding is big-endian with the sign bit flipped: flipping it first
+// gives plain big-endian, the order of unsigned seqs and ids.
+constexpr uint64_t sign_bit = uint64_t{1} << 63;
+
+bool known_emission_kind(uint32_t kind) {
+    return kind <= static_cast<uint32_t>(core::EmissionKind::retract);
+}
+
+}  // namespace
+
+bool get_str(std::string_view& in, std::string& out) {
+    std::string_view s;
+    if (!bytes::get_str(in, s)) return false;
+    out.assign(s);
+    return true;
+}
+
+std::string u64_key(uint64_t v) {
+    std::string out;
+    bytes::put_i64_sortable(out, static_cast<int64_t>(v ^ sign_bit));
+    return out;
+}
+
+uint64_t u64_of_key(std::string_view key) {
+    TM_ASSERT(key.size() == 8);
+    int64_t v = 0;
+    bytes::get_i64_sortable(key, v);
+    return static_cast<uint64_t>(v) ^ sign_bit;
+}
+
+std::string u64_value(uint64_t v) {
+    std::string out;
+    bytes::put_u64(out, v);
+    return out;
+}
+
+// id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
+// 1 update, 2 retract: core::EmissionKind's values), payload str, enqueued_ms i64 (format 2).
+std::string encode_outbox_row(const OutboxRow& row) {
+    std::string out;
+    out.reserve(48 + row.pipeline.size() + row.key.size() + row.payload.size());
+    bytes::put_u64(out, row.id);
+    bytes::put_str(out, row.pipeline);
+    bytes::put_str(out, row.key);
+    bytes::put_i64(out, row.window_start_ms);
+    bytes::put_i64(out, row.window_end_ms);
+    bytes::put_u32(out, row.revision);
+    const auto kind = static_cast<uint32_t>(static_cast<core::EmissionKind>(row.kind));
+    TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
+    bytes::put_u32(out, kind);
+    bytes::put_str(out, row.payload);
+    bytes::put_i64(out, row.enqueued_ms);
+    return out;
+}
+
+bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
+    uint32_t kind = 0;
+    row.seq = seq;
+    if (!bytes::get_u64(in, row.id) || !get_str(in, row.pipeline) || !get_str(in, row.key) ||
+        !bytes::get_i64(in, row.window_start_ms) || !bytes::get_i64(in, row.window_end_ms) ||
+        !bytes::get_u32(in, row.revision) || !bytes::get_u32(in, kind) ||
+        !get_str(in, row.payload) || !known_emission_kind(kind))
+        return false;
+    row.kind = static_cast<core::EmissionKind>(kind);
+    row.enqueued_ms = 0;  // a row written by format version 1: unknown
+    if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
+    return in.empty();
+}
+
+std::optional<std::string> window_key(const OutboxRow& row) {
+    std::string k;
+    bytes::put_str(k, row.pipeline);
+    bytes::put_str(k, row.key);
+    bytes::put_i64_sortable(k, row.window_start_ms);
+    bytes::put_i64_sortable(k, row.window_end_ms);
+    if (k.size() > Store::max_key_bytes) return std::nullopt;
+    return k;
+}
+
+// Encoding byte 1, log offset u64, outbox seq_next u64, checkpoint_ms i64, node_id str (named
+// config_fingerprint before issue 15; it always held the node_id).
+std::string encode_checkpoint(const CheckpointMeta& meta) {
+    std::string out;
+    out.push_back(static_cast<char>(checkpoint_encoding));
+    bytes::put_u64(out, meta.log_offset);
+    bytes::put_u64(out, meta.outbox_seq_next);
+    bytes::put_i64(out, meta.checkpoint_ms);
+    bytes::put_str(out, meta.node_id.empty() ? meta.config_fingerprint : meta.node_id);
+    return out;
+}
+
+bool decode_checkpoint(std::string_view in, CheckpointMeta& meta) {
+    if (in.empty() || static_cast<uint8_t>(in[0]) != checkpoint_encoding) return false;
+    in.remove_prefix(1);
+    return bytes::get_u64(in, meta.log_offset) && bytes::get_u64(in, meta.outbox_seq_next) &&
+           bytes::get_i64(in, meta.checkpoint_ms) && get_str(in, meta.node_id) && in.empty();
+}
+
+std::string encode_side_position(SidePosition position) {
+    std::string out;
+    bytes::put_u64(out, position.log_offset);
+    bytes::put_u32(out, position.ordinal);
+    return out;
+}
+
+bool decode_side_position(std::string_view in, SidePosition& position) {
+    return bytes::get_u64(in, position.log_offset) && bytes::get_u32(in, position.ordinal) &&
+           in.empty();
+}
+
+// Tag byte 0, pipeline str, key str, record str (format 3). Without the tag: the record's bytes
+// and nothing else (format 2 and older).
+std::string encode_side_row(std::string_view pipeline, std::string_view key,
+                            std::string_view record) {
+    std::string out;
+    out.reserve(13 + pipeline.size() + key.size() + record.size());
+    out.push_back(side_row_columns_tag);
+    bytes::put_str(out, pipeline);
+    bytes::put_str(out, key);
+    bytes::put_str(out, record);
+    return out;
+}
+
+bool encode_side_row_without_columns(std::string_view record, std::string& out) {
+    if (!record.empty() && record.front() == side_row_columns_tag) return false;
+    out.assign(record);
+    return true;
+}
+
+bool decode_side_row(std::string_view in, uint64_t seq, SideRow& row) {
+    row.seq = seq;
+    if (in.empty() || in.front() != side_row_columns_tag) {
+        row.record.assign(in);
+        row.pipeline.clear();
+        row.key.clear();
+        row.columns_known = false;
+        return true;
+    }
+    in.remove_prefix(1);
+    row.columns_known = true;
+    return get_str(in, row.pipeline) && get_str(in, row.key) && get_str(in, row.record) &&
+           in.empty();
+}
+
+}  // namespace tidemark::lmdb::detail

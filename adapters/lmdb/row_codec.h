@@ -1,0 +1,64 @@
+// The bytes of every value and key the LMDB store keeps: outbox rows and their keys, the
+// compaction index key, the checkpoint meta, side rows and the side high-water. Private to
+// adapters/lmdb; pure (no LMDB), so what is on disk is decided in this one place.
+//
+// Integers are little-endian (core/bytes.h) except in keys, which are big-endian so that LMDB's
+// byte order is numeric order. Decoders return false for input that is short, has bytes left
+// over or holds a value no writer produces (an unknown emission kind, an unknown tag): the store
+// reports that as a damaged row. What each value looked like in older formats is decoded here
+// too, and said beside its encoder.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "adapters/lmdb/types.h"
+
+namespace tidemark::lmdb::detail {
+
+/// core::bytes::get_str into an owned string.
+/// TODO(issue 15): move to core/bytes.h (core owns it) beside get_str(string_view&, string_view&).
+bool get_str(std::string_view& in, std::string& out);
+
+/// Seq and id keys: 8 bytes big-endian.
+std::string u64_key(uint64_t v);
+/// The inverse of u64_key; the key must be 8 bytes (asserted: the store writes no other).
+uint64_t u64_of_key(std::string_view key);
+/// A meta counter: 8 bytes little-endian.
+std::string u64_value(uint64_t v);
+
+/// An outbox row's value (its seq is the key). Format 2 appended enqueued_ms; a row without it
+/// (format 1) decodes with enqueued_ms = 0.
+std::string encode_outbox_row(const OutboxRow& row);
+bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
+
+/// The compaction index key of a row: pipeline, key, window. nullopt when it would exceed
+/// LMDB's key limit (such a row is never compacted).
+std::optional<std::string> window_key(const OutboxRow& row);
+
+std::string encode_checkpoint(const CheckpointMeta& meta);
+bool decode_checkpoint(std::string_view in, CheckpointMeta& meta);
+
+/// The log position of a side record, the unit of the side output's dedupe.
+struct SidePosition {
+    uint64_t log_offset = 0;
+    uint32_t ordinal = 0;
+    auto operator<=>(const SidePosition&) const = default;
+};
+std::string encode_side_position(SidePosition position);
+bool decode_side_position(std::string_view in, SidePosition& position);
+
+/// A side row's value with its columns (format 3).
+std::string encode_side_row(std::string_view pipeline, std::string_view key,
+                            std::string_view record);
+/// A side row's value without columns: the record itself, as format 2 and older stored every
+/// side row. False when the record would read back as a row with columns (it begins with the
+/// tag byte; JSON text never does).
+bool encode_side_row_without_columns(std::string_view record, std::string& out);
+/// Either form; a row without columns comes back with columns_known = false.
+bool decode_side_row(std::string_view in, uint64_t seq, SideRow& row);
+
+}  // namespace tidemark::lmdb::detail

@@ -1,0 +1,144 @@
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/bytes.h"
+#include "core/engine/pipeline_run.h"
+
+namespace tidemark::core::detail {
+
+void PipelineRun::checkpoint(StateWriter& w) {
+    std::string value;
+    // What the previous checkpoint wrote is taken as committed (see checkpoint_failed).
+    pending_erased_.clear();
+    pending_keys_.clear();
+    pending_partitions_.clear();
+    pending_full_ = !tracking_;
+    if (!tracking_) {
+        // First checkpoint: everything that exists.
+        keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
+        for (Partition* p : partition_list_)
+            if (p) write_partition(w, *p, value);
+        tracking_ = true;
+    } else {
+        for (const std::string& key : erased_)
+            w.erase(key);
+        for (const std::string& name : dirty_keys_) {
+            KeyState* k = find_key(name);
+            if (k) write_key(w, *k, false, value);
+        }
+    }
+    for (Partition* p : dirty_partitions_) {
+        if (p->forgotten) {
+            release_partition(p);  // its erasure is in erased_
+            continue;
+        }
+        if (!pending_full_) {
+            write_partition(w, *p, value);
+            pending_partitions_.push_back(p->name);
+        }
+        p->dirty = false;
+    }
+    pending_erased_ = std::move(erased_);
+    pending_keys_ = std::move(dirty_keys_);
+    erased_.clear();
+    dirty_keys_.clear();
+    dirty_partitions_.clear();
+    // The meta record (watermark, counters) changes with every record: always written.
+    write_meta(w, value);
+}
+
+// The transaction that took the last checkpoint did not commit: what it held is marked
+// changed again, so the next checkpoint writes it (with everything changed since).
+// Erasures go first, as they did: a key erased then and written since is written after.
+void PipelineRun::checkpoint_failed() {
+    if (pending_full_) {
+        tracking_ = false;  // the next one writes everything again
+    } else {
+        pending_erased_.insert(pending_erased_.end(), erased_.begin(), erased_.end());
+        erased_ = std::move(pending_erased_);
+        for (const std::string& name : pending_keys_) {
+            KeyState* k = find_key(name);
+            if (!k) continue;  // removed since: its erasure is in erased_
+            k->meta_dirty = true;
+            for (Unit& u : k->units)
+                u.dirty = true;
+            mark_dirty(*k);
+        }
+        for (const std::string& name : pending_partitions_)
+            if (Partition* p = find_partition(name)) mark_dirty(p);
+    }
+    pending_erased_.clear();
+    pending_keys_.clear();
+    pending_partitions_.clear();
+    pending_full_ = false;
+}
+
+Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view value) {
+    if (rest.empty()) return fail("empty state key");
+    const char type = rest[0];
+    rest.remove_prefix(1);
+    if (type == 'A') return read_meta(value);
+    if (type == 'P') return read_partition(rest, value);
+    if (type == 'K') {
+        std::string_view key;
+        if (!bytes::get_str(rest, key) || rest.empty()) return fail("damaged key record");
+        KeyState* k = find_key(key);
+        if (!k) k = create_key(key, nullptr, global_);
+        const char sub = rest[0];
+        rest.remove_prefix(1);
+        if (sub == 'm') return read_key_meta(*k, value);
+        if (sub == 'u') return read_unit(*k, value);
+        return fail("unknown key record type");
+    }
+    return fail("unknown state record type");
+}
+
+Result<void> PipelineRun::restore_finish() {
+    if (!meta_seen_ && (!keys_.empty() || !partitions_.empty()))
+        return fail("state of pipeline '" + spec_.name + "' has no meta record");
+    if (meta_seen_ && (fingerprint_seen_ != state_fingerprint(spec_) || scope_mismatch_ ||
+                       (scope_seen_ >= 0 && scope_seen_ != static_cast<int>(scope_partition_))))
+        return fail("the stored state of pipeline '" + spec_.name +
+                    "' was written under another definition of its window, aggregates, "
+                    "fields or watermark scope");
+    // Activity list in order of last ingest; the min-tree over active partitions.
+    std::vector<Partition*> active;
+    for (Partition* p : partition_list_)
+        if (!p->idle) active.push_back(p);
+    std::sort(active.begin(), active.end(), [](const Partition* a, const Partition* b) {
+        if (a->last_ingest_ms != b->last_ingest_ms) return a->last_ingest_ms < b->last_ingest_ms;
+        return a->index < b->index;
+    });
+    for (Partition* p : active) {
+        activity_.push(p);
+        ++active_;
+        if (!scope_partition_) low_set(*p, candidate_of(*p));
+    }
+    std::vector<KeyState*> keys;
+    keys_.for_each([&](KeyState& k) { keys.push_back(&k); });
+    for (KeyState* k : keys) {
+        if (!k->partition) return fail("key record without its partition");
+        k->domain = scope_partition_ ? k->partition->domain.get() : &global_;
+        units_total_ += k->units.size();
+        fired_total_ += k->fired.size();
+        reschedule(*k);
+    }
+    if (scope_partition_)
+        for (Partition* p : partition_list_)
+            if (p->idle) schedule_idle(p);
+    // The store holds exactly what was restored: from here on, checkpoints write changes
+    // and erasures. (Writing everything again instead would record no erasures until then,
+    // and a second crash would bring back windows already purged or merged.)
+    tracking_ = true;
+    // A store written before partitions were forgotten may hold idle ones without keys.
+    std::vector<Partition*> unused;
+    for (Partition* p : partition_list_)
+        if (p && p->idle && p->keys == 0) unused.push_back(p);
+    for (Partition* p : unused)
+        maybe_forget(p);
+    return {};
+}
+
+}  // namespace tidemark::core::detail

@@ -1,0 +1,255 @@
+#include <algorithm>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "core/bytes.h"
+#include "core/engine/pipeline_run.h"
+
+namespace tidemark::core::detail {
+namespace {
+
+// A stored list of values has one per aggregate, and the config allows at most 64 aggregates
+// (adapters/config/pipelines.cpp, aggregates_max): this bound only stops a damaged length from
+// allocating, far above any stored list.
+constexpr uint32_t stored_values_max = 100'000;
+
+void put_values(std::string& out, const Values& v) {
+    bytes::put_u32(out, static_cast<uint32_t>(v.size()));
+    for (const auto& x : v) {
+        out.push_back(x ? 1 : 0);
+        bytes::put_f64(out, x ? *x : 0.0);
+    }
+}
+bool get_values(std::string_view& in, Values& v) {
+    uint32_t n;
+    if (!bytes::get_u32(in, n) || n > stored_values_max) return false;
+    v.assign(n, std::nullopt);
+    for (auto& x : v) {
+        if (in.empty()) return false;
+        const bool has = in[0] != 0;
+        in.remove_prefix(1);
+        double d;
+        if (!bytes::get_f64(in, d)) return false;
+        if (has) x = d;
+    }
+    return true;
+}
+
+void put_domain(std::string& out, const Domain& d) {
+    bytes::put_i64(out, d.watermark);
+    out.push_back(d.idle ? 1 : 0);
+    bytes::put_i64(out, d.idle_since_ms);
+    bytes::put_i64(out, d.idle_base_ms);
+}
+bool get_domain(std::string_view& in, Domain& d) {
+    if (!bytes::get_i64(in, d.watermark) || in.empty()) return false;
+    d.idle = in[0] != 0;
+    in.remove_prefix(1);
+    return bytes::get_i64(in, d.idle_since_ms) && bytes::get_i64(in, d.idle_base_ms);
+}
+
+}  // namespace
+
+std::string state_key_prefix(std::string_view pipeline) {
+    std::string out;
+    out.push_back('\x01');
+    bytes::put_str(out, pipeline);
+    return out;
+}
+
+std::string PipelineRun::partition_key(std::string_view name) const {
+    std::string key = prefix_;
+    key.push_back('P');
+    key.append(name);
+    return key;
+}
+
+std::string PipelineRun::meta_key(std::string_view key) const {
+    std::string out = prefix_;
+    out.push_back('K');
+    bytes::put_str(out, key);
+    out.push_back('m');
+    return out;
+}
+std::string PipelineRun::unit_key(std::string_view key, int64_t start) const {
+    std::string out = prefix_;
+    out.push_back('K');
+    bytes::put_str(out, key);
+    out.push_back('u');
+    bytes::put_i64_sortable(out, start);
+    return out;
+}
+
+void PipelineRun::write_key(StateWriter& w, KeyState& k, bool all, std::string& value) {
+    value.clear();
+    bytes::put_str(value, k.partition ? k.partition->name : std::string_view{});
+    bytes::put_i64(value, k.fired_through_ms);
+    bytes::put_u32(value, static_cast<uint32_t>(k.fired.size()));
+    for (const Fired& f : k.fired) {
+        bytes::put_i64(value, f.start);
+        bytes::put_i64(value, f.end);
+        bytes::put_u32(value, f.revision);
+        put_values(value, f.values);
+    }
+    // The meta record changes only when windows fire, purge or re-fire: most checkpoints
+    // of a busy key rewrite its slice and nothing else.
+    if (all || k.meta_dirty) w.put(meta_key(k.key), value);
+    k.meta_dirty = false;
+    for (Unit& u : k.units) {
+        if (!all && !u.dirty) continue;
+        value.clear();
+        bytes::put_i64(value, u.start);
+        bytes::put_i64(value, u.end);
+        value.push_back(u.fired ? 1 : 0);
+        bytes::put_u32(value, u.revision);
+        put_values(value, u.values);
+        aggs_.encode(u.state, value);
+        if (session_) bytes::put_i64(value, u.last_ms);  // absent before format 3
+        w.put(unit_key(k.key, u.start), value);
+        u.dirty = false;
+    }
+    k.dirty = false;
+}
+
+Result<void> PipelineRun::read_key_meta(KeyState& k, std::string_view in) {
+    std::string_view part;
+    uint32_t n;
+    if (!bytes::get_str(in, part) || !bytes::get_i64(in, k.fired_through_ms) ||
+        !bytes::get_u32(in, n))
+        return fail("damaged key meta of '" + k.key + "'");
+    Partition* p = find_partition(part);
+    if (!p) p = create_partition(part);
+    set_key_partition(k, p);
+    k.fired.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+        Fired f;
+        if (!bytes::get_i64(in, f.start) || !bytes::get_i64(in, f.end) ||
+            !bytes::get_u32(in, f.revision) || !get_values(in, f.values))
+            return fail("damaged fired window of '" + k.key + "'");
+        k.fired.push_back(std::move(f));
+    }
+    return {};
+}
+
+Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in) {
+    Unit u;
+    if (!bytes::get_i64(in, u.start) || !bytes::get_i64(in, u.end) || in.empty())
+        return fail("damaged window of '" + k.key + "'");
+    u.fired = in[0] != 0;
+    in.remove_prefix(1);
+    if (!bytes::get_u32(in, u.revision) || !get_values(in, u.values) || !aggs_.decode(in, u.state))
+        return fail("damaged window state of '" + k.key + "'");
+    if (session_) {
+        // Written before sessions kept their latest event: the latest it can have been.
+        u.last_ms = std::max(u.start, u.end - spec_.window.gap_ms);
+        if (!in.empty() && !bytes::get_i64(in, u.last_ms))
+            return fail("damaged session of '" + k.key + "'");
+        if (u.last_ms < u.start || u.last_ms >= u.end)
+            return fail("damaged session bounds of '" + k.key + "'");
+    }
+    u.dirty = false;
+    auto pos = std::lower_bound(k.units.begin(), k.units.end(), u.start,
+                                [](const Unit& a, int64_t s) { return a.start < s; });
+    k.units.insert(pos, std::move(u));
+    return {};
+}
+
+void PipelineRun::write_partition(StateWriter& w, const Partition& p, std::string& value) {
+    value.clear();
+    bytes::put_u32(value, p.index);
+    bytes::put_i64(value, p.max_event_ms);
+    bytes::put_i64(value, p.last_ingest_ms);
+    value.push_back(p.idle ? 1 : 0);
+    if (p.domain) put_domain(value, *p.domain);
+    w.put(partition_key(p.name), value);
+}
+
+Result<void> PipelineRun::read_partition(std::string_view name, std::string_view in) {
+    Partition* p = find_partition(name);
+    if (!p) p = create_partition(name);
+    uint32_t index;
+    if (!bytes::get_u32(in, index) || !bytes::get_i64(in, p->max_event_ms) ||
+        !bytes::get_i64(in, p->last_ingest_ms) || in.empty())
+        return fail("damaged partition '" + std::string(name) + "'");
+    p->idle = in[0] != 0;
+    in.remove_prefix(1);
+    // A partition's own watermark is stored under scope partition only: its presence
+    // tells the scope the state was written under (refused in restore_finish).
+    if (p->domain ? in.empty() : !in.empty()) {
+        scope_mismatch_ = true;
+        return {};
+    }
+    if (p->domain && !get_domain(in, *p->domain))
+        return fail("damaged partition watermark '" + std::string(name) + "'");
+    // Keep the stored index so the min-tree is laid out as before (not needed for results).
+    (void)index;
+    return {};
+}
+
+void PipelineRun::write_meta(StateWriter& w, std::string& value) {
+    value.clear();
+    bytes::put_u64(value, state_fingerprint(spec_));
+    bytes::put_i64(value, now_ms_);
+    put_domain(value, global_);
+    const uint64_t counters[] = {
+        stats_.events_in,       stats_.late_updated,     stats_.too_late,
+        stats_.side_outputs,    stats_.clamped,          stats_.keys_refused,
+        stats_.windows_refused, stats_.emitted_final,    stats_.emitted_update,
+        stats_.emitted_retract, stats_.too_late_partial, stats_.partitions_forgotten};
+    bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
+    for (uint64_t c : counters)
+        bytes::put_u64(value, c);
+    stats_.lag_ms.encode(value);
+    bytes::put_u32(value, static_cast<uint32_t>(too_late_windows_.size()));
+    for (const auto& [w_, n] : too_late_windows_) {
+        bytes::put_i64(value, w_.first);
+        bytes::put_i64(value, w_.second);
+        bytes::put_u64(value, n);
+    }
+    // Since format 3 (older records end above): where new partitions start, and the scope
+    // the state was written under.
+    bytes::put_i64(value, forgotten_lead_ms_);
+    value.push_back(scope_partition_ ? 1 : 0);
+    value.push_back(clock_trusted_ ? 1 : 0);
+    std::string key = prefix_;
+    key.push_back('A');
+    w.put(key, value);
+}
+
+Result<void> PipelineRun::read_meta(std::string_view in) {
+    uint32_t n;
+    uint64_t* counters[] = {
+        &stats_.events_in,       &stats_.late_updated,     &stats_.too_late,
+        &stats_.side_outputs,    &stats_.clamped,          &stats_.keys_refused,
+        &stats_.windows_refused, &stats_.emitted_final,    &stats_.emitted_update,
+        &stats_.emitted_retract, &stats_.too_late_partial, &stats_.partitions_forgotten};
+    // Format 2 stored the first ten counters.
+    if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
+        !get_domain(in, global_) || !bytes::get_u32(in, n) || (n != 10 && n != std::size(counters)))
+        return fail("damaged meta record of pipeline '" + spec_.name + "'");
+    for (uint32_t i = 0; i < n; ++i)
+        if (!bytes::get_u64(in, *counters[i]))
+            return fail("damaged counters of '" + spec_.name + "'");
+    if (!stats_.lag_ms.decode(in) || !bytes::get_u32(in, n))
+        return fail("damaged lag sketch of '" + spec_.name + "'");
+    too_late_windows_.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+        int64_t s, e;
+        uint64_t c;
+        if (!bytes::get_i64(in, s) || !bytes::get_i64(in, e) || !bytes::get_u64(in, c))
+            return fail("damaged too-late table of '" + spec_.name + "'");
+        too_late_windows_.push_back({{s, e}, c});
+    }
+    if (!in.empty()) {
+        if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 2 || in[0] > 1 || in[1] > 1)
+            return fail("damaged meta record of pipeline '" + spec_.name + "'");
+        scope_seen_ = in[0];
+        clock_trusted_ = in[1] != 0;
+    }
+    stats_.ingest_ms = now_ms_;
+    meta_seen_ = true;
+    return {};
+}
+
+}  // namespace tidemark::core::detail

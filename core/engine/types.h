@@ -1,0 +1,120 @@
+// The engine's state types (internal): window units, fired windows, keys, partitions and the
+// watermark domains they close on, shared by the files of core/engine/.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/aggregate.h"
+
+// The per-event path calls these small helpers several times per event, across the files of
+// core/engine/; -O2 does not always inline them on its own.
+#define TM_HOT inline __attribute__((always_inline))
+
+namespace tidemark::core::detail {
+
+inline constexpr int64_t time_min = std::numeric_limits<int64_t>::min();
+inline constexpr int64_t time_max = std::numeric_limits<int64_t>::max();
+
+TM_HOT int64_t sat_add(int64_t a, int64_t b) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? time_max : time_min;
+    return sum;
+}
+
+using Values = std::vector<std::optional<double>>;
+
+struct KeyState;
+struct Partition;
+
+// One unit of window state: a slice (tumbling, hopping) or a session.
+// Aligned so that what an event touches (bounds, dirty, the in-place aggregate values) is one
+// cache line.
+struct alignas(64) Unit {
+    int64_t start = 0;
+    int64_t end = 0;
+    // Sessions only: the latest event time in the session. A session always ends after it and
+    // spans less than max_duration from its start (see session_event).
+    int64_t last_ms = 0;
+    bool dirty = true;
+    // Sessions only: whether the session fired, its last revision and (retract mode) values.
+    bool fired = false;
+    uint32_t revision = 0;
+    AggregateState state;
+    Values values;
+};
+
+// A tumbling/hopping window that fired and is kept until its lateness horizon.
+struct Fired {
+    int64_t start = 0;
+    int64_t end = 0;
+    uint32_t revision = 0;
+    Values values;  // retract mode only: what the next retract cancels
+};
+
+// A key's timer. Entries are removed lazily: one whose key has since moved its timer (or was
+// removed, or reused by another key of another domain) no longer matches the key's due_ms and
+// domain, and is dropped when it comes to the front.
+struct TimerEntry {
+    int64_t due_ms;
+    KeyState* key;
+};
+
+// A watermark and the windows that close on it: the pipeline's (scope global) or one
+// partition's (scope partition).
+struct Domain {
+    int64_t watermark = time_min;
+    bool idle = false;  // every partition of the domain is idle: the watermark follows ingest time
+    int64_t idle_since_ms = 0;
+    int64_t idle_base_ms = 0;
+    // A binary min-heap on due time only: keys due at the same time are put in key order when
+    // they fire (see fire_due_slow), so inserting compares no key. Limits: at most
+    // 2 * timers_live + 16 entries (compact_timers), and timers_live <= keys <= keys_max.
+    std::vector<TimerEntry> timers;
+    uint64_t timers_live = 0;  // keys of this domain whose due_ms is set
+    // Scope partition: the partition's position in PipelineRun::idle_deadlines_.
+    int64_t idle_deadline_ms = time_max;
+};
+
+// One cache line: what an event touches, and the name it is compared by.
+struct alignas(64) Partition {
+    int64_t max_event_ms = time_min;
+    int64_t last_ingest_ms = time_min;
+    bool idle = true;  // until its first event
+    bool dirty = false;
+    // Forgotten (idle, no live key) while still on the dirty list: the object is reused only
+    // after the next checkpoint has walked that list.
+    bool forgotten = false;
+    uint32_t index = 0;
+    uint32_t keys = 0;  // live keys whose partition this is: it is forgotten only at 0
+    std::string name;
+    std::unique_ptr<Domain> domain;  // scope partition only
+};
+
+// The fields an event touches come first, so that they share one cache line.
+struct alignas(64) KeyState {
+    Partition* partition = nullptr;  // scope partition: the owner; scope global: the last seen
+    std::vector<Unit> units;         // sorted by start
+    std::string key;
+    Domain* domain = nullptr;
+    std::vector<Fired> fired;             // sorted by end
+    int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
+    int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
+    bool dirty = false;
+    bool meta_dirty = true;  // fired_through, fired windows or partition changed since written
+};
+
+inline std::string_view name_of(const KeyState& k) {
+    return k.key;
+}
+inline std::string_view name_of(const Partition& p) {
+    return p.name;
+}
+
+}  // namespace tidemark::core::detail

@@ -1,0 +1,340 @@
+#include "firmware/engine_host.h"
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <deque>
+
+#include "adapters/log/segment_files.h"
+#include "firmware/adapter_options.h"
+
+namespace tidemark::firmware {
+
+EngineHost::EngineHost(const config::Config& config, const core::Clock& clock, Alarms& alarms)
+    : config_(config), clock_(clock), alarms_(alarms), sink_(config) {}
+
+Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& config,
+                                                     const core::Clock& clock, Alarms& alarms) {
+    std::unique_ptr<EngineHost> host(new EngineHost(config, clock, alarms));
+    auto store = lmdb::Store::open(store_options(config));
+    if (!store) return fail(store.error().message);
+    host->store_ = std::move(*store);
+    if (host->store_->stale_readers_cleared())
+        spdlog::info("state: cleared {} stale readers left by a killed process",
+                     host->store_->stale_readers_cleared());
+
+    const log::LogOptions lo = log_options(config);
+    auto writer = log::LogWriter::open(lo);
+    if (!writer) return std::unexpected(writer.error());
+    host->writer_ = std::move(*writer);
+    const log::LogStats ls = host->writer_->stats();
+    if (ls.tail_truncations)
+        spdlog::warn("log: cut a torn tail of {} bytes (a crash or power loss during a write)",
+                     ls.tail_bytes_cut);
+    if (ls.damaged_regions)
+        spdlog::error(
+            "log: {} damaged regions ({} bytes) in the newest segment, with valid "
+            "records after them: those are kept and read, the damaged bytes skipped "
+            "(a failing disk or a bad sector?)",
+            ls.damaged_regions, ls.damaged_bytes);
+
+    auto processor = Processor::create(config);
+    if (!processor) return std::unexpected(processor.error());
+    host->processor_ = std::move(*processor);
+    auto reader = log::LogReader::open(lo.dir);
+    if (!reader) return std::unexpected(reader.error());
+    host->reader_ = std::move(*reader);
+    return host;
+}
+
+// The checkpointed state into the engine; returns the log offset replay starts from (the
+// log's first when there is no checkpoint).
+Result<uint64_t> EngineHost::restore_checkpoint() {
+    auto cp = store_->load_checkpoint();
+    if (!cp) return fail(cp.error().message);
+    if (!*cp) return writer_->first_offset();
+    if (auto dropped = drop_removed_pipelines(); !dropped) return std::unexpected(dropped.error());
+    auto loaded = store_->for_each_state(
+        [&](std::string_view k, std::string_view v) { return processor_->restore_entry(k, v); });
+    if (!loaded) return fail("restoring state: " + loaded.error().message);
+    if (auto ok = processor_->restore_finish(); !ok) {
+        // Not a crash loop: a changed pipeline needs the operator (see DECISIONS.md).
+        Error e{"restoring state: " + ok.error().message +
+                    ". Put the previous definition back, or drop the pipeline's state with "
+                    "`tidemark inspect --config FILE --drop-pipeline NAME` (it then starts "
+                    "afresh from the checkpoint, and may send results for windows it had "
+                    "sent before, under the same ids)",
+                exit_config_conflict};
+        return std::unexpected(std::move(e));
+    }
+    checkpoint_.wall_ms = (*cp)->checkpoint_ms;
+    const uint64_t offset = (*cp)->log_offset;
+    if (offset < writer_->first_offset())
+        return fail("the checkpoint points at log offset " + std::to_string(offset) +
+                    " but the log starts at " + std::to_string(writer_->first_offset()) +
+                    ": segments were removed by hand; restore them or clear data_dir");
+    return offset;
+}
+
+Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room) {
+    auto restored = restore_checkpoint();
+    if (!restored) return std::unexpected(restored.error());
+    const uint64_t offset = *restored;
+    if (offset > writer_->end_offset())
+        return fail("the checkpoint points at log offset " + std::to_string(offset) +
+                    " past the log's end " + std::to_string(writer_->end_offset()) +
+                    ": the log was truncated or replaced; clear data_dir/state to rebuild");
+    checkpoint_.log_offset = offset;
+    consumed_offset_ = offset;
+    if (auto ok = reader_->seek(offset); !ok) return std::unexpected(ok.error());
+    // A full outbox, map or disk is waited out, never fatal: the forwarder (started before
+    // recovery) frees the room, and exiting would only restart into the same wait.
+    const auto flush_or_wait = [&]() -> Result<void> {
+        for (;;) {
+            auto flushed = flush();
+            if (!flushed) return std::unexpected(flushed.error());
+            if (*flushed) return {};
+            if (!wait_for_room())
+                return fail("stopped while recovery waited for room (" + alarms_.outbox() + ")");
+        }
+    };
+    uint64_t replayed = 0;
+    log::Record rec;
+    const uint64_t end = writer_->end_offset();
+    for (;;) {
+        auto next = reader_->next(rec, end);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        processor_->feed(rec, sink_);
+        consumed_offset_ = rec.next_offset;
+        if (++replayed % recovery_flush_records == 0)
+            if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+    }
+    if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+    note_damage();
+    if (auto ok = seed_redelivery_filter(); !ok) return std::unexpected(ok.error());
+    return replayed;
+}
+
+Result<size_t> EngineHost::step(size_t records_max, bool drain) {
+    if (!sink_.rows.empty()) {
+        auto flushed = flush();
+        if (!flushed) return std::unexpected(flushed.error());
+        if (!*flushed) return 0;
+    }
+    const bool written_end = drain || config_.storage.fsync == config::FsyncPolicy::never;
+    // Only durable records are processed (fsync always/interval): after a power cut the outbox
+    // never holds results of records the log lost.
+    const uint64_t readable = written_end ? writer_->end_offset() : writer_->durable_offset();
+    size_t n = 0;
+    log::Record rec;
+    while (n < records_max) {
+        auto next = reader_->next(rec, readable);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        processor_->feed(rec, sink_);
+        consumed_offset_ = rec.next_offset;
+        ++n;
+    }
+    note_damage();
+    auto flushed = flush();
+    if (!flushed) return std::unexpected(flushed.error());
+    return n;
+}
+
+// Side rows are diagnostic: when the store refuses them they are said and let go, never
+// retried (a full side store drops its oldest rows itself). True when some were committed.
+bool EngineHost::append_side() {
+    if (sink_.side.empty()) return false;
+    auto ok = store_->side_append(sink_.side);
+    if (!ok)
+        spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
+                     sink_.side.size());
+    sink_.side.clear();
+    return ok.has_value();
+}
+
+// Commits the step's rows. True when the outbox took them (or there were none); false while
+// it cannot (full, map full, disk full, busy: the rows stay in memory, ingest pauses).
+Result<bool> EngineHost::flush() {
+    if (append_side() && forwarder_ && sink_.rows.empty()) forwarder_->notify();
+    if (sink_.rows.empty()) {
+        alarms_.set_outbox("");
+        return true;
+    }
+    const int64_t now_ms = clock_.wall_ms();
+    for (auto& row : sink_.rows)
+        if (row.enqueued_ms == 0) row.enqueued_ms = now_ms;
+    auto appended = store_->outbox_append(sink_.rows);
+    if (!appended && appended.error().code == lmdb::errc::map_full) {
+        make_room();  // then once more
+        appended = store_->outbox_append(sink_.rows);
+    }
+    if (appended) {
+        sink_.rows.clear();
+        alarms_.set_outbox("");
+        if (forwarder_) forwarder_->notify();
+        return true;
+    }
+    switch (appended.error().code) {
+        case lmdb::errc::full:
+            alarms_.set_outbox("outbox_full");
+            return false;
+        case lmdb::errc::map_full:
+            alarms_.set_outbox("map_full");
+            return false;
+        case lmdb::errc::disk_full:
+            alarms_.set_outbox("disk_full");
+            return false;
+        case lmdb::errc::busy:
+            return false;
+        default:
+            return fail("outbox: " + appended.error().message);
+    }
+}
+
+Result<void> EngineHost::checkpoint() {
+    TM_ASSERT(sink_.rows.empty());
+    const int64_t t0 = clock_.steady_ms();
+    // The log is durable up to the checkpoint's offset before the checkpoint commits.
+    if (auto ok = writer_->sync(); !ok) return ok;
+    auto stats = store_->outbox_stats();
+    if (!stats) return fail(stats.error().message);
+    const uint64_t seq_next = stats->seq_next;
+    auto txn = store_->begin_checkpoint();
+    if (!txn) return fail(txn.error().message);
+    processor_->checkpoint(**txn);
+    lmdb::CheckpointMeta meta;
+    meta.log_offset = consumed_offset_;
+    meta.outbox_seq_next = seq_next;
+    meta.checkpoint_ms = clock_.wall_ms();
+    meta.node_id = config_.node_id;
+    auto committed = (*txn)->commit(meta);
+    txn->reset();  // the write lock goes with it: the trim below writes
+    if (!committed) {
+        // What the engine handed over is not in the store: the next checkpoint writes it again
+        // (else window state would be older than the next offset, and erased keys come back).
+        processor_->checkpoint_failed();
+        alarms_.set_checkpoint("checkpoint_failed: " + committed.error().message);
+        if (committed.error().code == lmdb::errc::map_full) make_room();
+        return fail("checkpoint: " + committed.error().message);
+    }
+    alarms_.set_checkpoint("");
+    checkpoint_.log_offset = consumed_offset_;
+    checkpoint_.wall_ms = meta.checkpoint_ms;
+    ++checkpoint_.count;
+    // Emissions before this checkpoint can never be regenerated: their ids may go.
+    pruned_below_seq_ = seq_next;
+    if (auto pruned = store_->prune_ids(seq_next); !pruned)
+        spdlog::warn("outbox: pruning ids: {}", pruned.error().message);
+    // A killed reader (`tidemark inspect`, `replay`) would pin the pages it saw until restart.
+    if (auto cleared = store_->check_stale_readers(); cleared && *cleared > 0)
+        spdlog::info("lmdb: cleared {} stale readers", *cleared);
+    auto retention = writer_->apply_retention(checkpoint_.log_offset, clock_.wall_ms());
+    if (!retention) spdlog::warn("log retention: {}", retention.error().message);
+    checkpoint_.duration_ms = clock_.steady_ms() - t0;
+    return {};
+}
+
+uint64_t EngineHost::trim_for_disk_full() {
+    auto removed = writer_->apply_retention(checkpoint_.log_offset, INT64_MAX);
+    if (!removed) {
+        spdlog::warn("disk full: trimming the log: {}", removed.error().message);
+        return 0;
+    }
+    if (removed->bytes_removed > 0)
+        spdlog::warn("disk full: removed {} log segments ({} bytes) before the last checkpoint",
+                     removed->segments_removed, removed->bytes_removed);
+    return removed->bytes_removed;
+}
+
+// The log's last messages, wherever the checkpoint is (after a clean stop it is at the end):
+// a broker that lost their PUBACKs redelivers them on our first connection. Reads the newest
+// segment, and the one before only when the newest holds too few.
+Result<void> EngineHost::seed_redelivery_filter() {
+    auto segments = log::list_segments(writer_->options().dir);
+    if (!segments) return std::unexpected(segments.error());
+    if (segments->empty()) return {};
+    auto tail_reader = log::LogReader::open(writer_->options().dir);
+    if (!tail_reader) return std::unexpected(tail_reader.error());
+    std::deque<std::pair<std::string, std::string>> tail;
+    const size_t want = mqtt::RedeliveryFilter::candidates_max;
+    size_t first = segments->size() - 1;
+    for (;;) {
+        tail.clear();
+        const uint64_t from = std::max((*segments)[first].first_offset, writer_->first_offset());
+        if (auto ok = (*tail_reader)->seek(from); !ok) return std::unexpected(ok.error());
+        log::Record rec;
+        for (;;) {
+            auto next = (*tail_reader)->next(rec, writer_->end_offset());
+            if (!next) return std::unexpected(next.error());
+            if (!*next) break;
+            if (rec.type != log::RecordType::message) continue;
+            tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
+            if (tail.size() > want) tail.pop_front();
+        }
+        if (tail.size() >= want || first == 0) break;
+        --first;
+    }
+    for (const auto& [topic, payload] : tail)
+        filter_.seed(topic, payload);
+    return {};
+}
+
+// A pipeline removed from the config stops; its state goes (its outbox rows stay and are
+// sent). Keeping the state would refuse every start, a crash loop.
+Result<void> EngineHost::drop_removed_pipelines() {
+    std::vector<std::string> removed;
+    auto listed = store_->for_each_state([&](std::string_view k, std::string_view) -> Result<void> {
+        const auto name = core::Engine::pipeline_of_state_key(k);
+        if (name && processor_->engine().find_pipeline(*name) < 0 &&
+            std::find(removed.begin(), removed.end(), *name) == removed.end())
+            removed.push_back(*name);
+        return {};
+    });
+    if (!listed) return fail("reading state: " + listed.error().message);
+    for (const std::string& name : removed) {
+        auto dropped = store_->drop_prefix(core::Engine::state_prefix(name));
+        if (!dropped)
+            return fail("dropping the state of removed pipeline '" + name +
+                        "': " + dropped.error().message);
+        spdlog::warn(
+            "pipeline '{}' is no longer in the config: its state ({} records) was "
+            "dropped; its results already in the outbox are still sent",
+            name, *dropped);
+    }
+    return {};
+}
+
+// The map is full (an outbox append or a checkpoint could not commit): what may go without
+// losing anything goes. Ids of rows before the last committed checkpoint can never be
+// regenerated; side output is diagnostic (counted in side_rows_dropped). The outbox itself
+// drains upstream.
+void EngineHost::make_room() {
+    // A killed reader pins the pages it saw: freeing rows would not make room.
+    (void)store_->check_stale_readers();
+    if (auto pruned = store_->prune_ids(pruned_below_seq_); !pruned)
+        spdlog::warn("map full: pruning ids: {}", pruned.error().message);
+    auto side = store_->side_peek(0, side_trim_rows_max);
+    if (side && !side->empty()) {
+        std::vector<uint64_t> seqs;
+        for (const auto& r : *side)
+            seqs.push_back(r.seq);
+        if (auto deleted = store_->side_delete(seqs); deleted) {
+            side_rows_dropped_ += seqs.size();
+            spdlog::warn("map full: dropped {} side output rows to make room", seqs.size());
+        }
+    }
+}
+
+// Says so in the journal when the engine's reader skipped damage since the last call.
+void EngineHost::note_damage() {
+    const log::ReaderStats rs = reader_->stats();
+    if (rs.damaged_regions == damage_reported_) return;
+    damage_reported_ = rs.damaged_regions;
+    spdlog::error(
+        "log: skipped damaged bytes ({} regions, {} bytes so far; last: {}); the "
+        "records after them were read (a failing disk or a bad sector?)",
+        rs.damaged_regions, rs.damaged_bytes, rs.last_damage);
+}
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,145 @@
+#include "firmware/health_report.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "adapters/mqtt/forwarder.h"
+#include "adapters/mqtt/ingest.h"
+
+namespace tidemark::firmware {
+
+using nlohmann::json;
+
+json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
+    json p;
+    p["watermark_ms"] = s.watermark_ms;
+    const auto lag_ms = core::watermark_lag_ms(s);
+    p["watermark_lag_ms"] = lag_ms ? json(*lag_ms) : json(nullptr);
+    p["events_in"] = s.events_in;
+    p["late_updated"] = s.late_updated;
+    p["too_late"] = s.too_late;
+    p["too_late_partial"] = s.too_late_partial;
+    p["partitions_forgotten"] = s.partitions_forgotten;
+    p["side_outputs"] = s.side_outputs;
+    p["clamped"] = s.clamped;
+    p["malformed"] = d.malformed;
+    p["fields_missing"] = d.fields_missing;
+    p["keys_refused"] = s.keys_refused;
+    p["windows_refused"] = s.windows_refused;
+    p["partitions_active"] = s.partitions_active;
+    p["partitions_idle"] = s.partitions_idle;
+    p["keys"] = s.keys;
+    p["open_windows"] = s.open_windows;
+    p["state_bytes"] = s.state_bytes;
+    p["emitted"] = {
+        {"final", s.emitted_final}, {"update", s.emitted_update}, {"retract", s.emitted_retract}};
+    p["lag_ms"] = {{"p50", s.lag_ms.quantile(0.5)},
+                   {"p99", s.lag_ms.quantile(0.99)},
+                   {"p999", s.lag_ms.quantile(0.999)}};
+    return p;
+}
+
+json outbox_report(const lmdb::OutboxStats& s, int64_t now_wall_ms) {
+    // A clock stepped back behind the oldest row's stamp shows 0, not a negative age.
+    const json oldest_age_ms = s.oldest_enqueued_ms > 0
+                                   ? json(std::max<int64_t>(now_wall_ms - s.oldest_enqueued_ms, 0))
+                                   : json(nullptr);
+    return {{"rows", s.rows},
+            {"bytes", s.bytes},
+            {"oldest_seq", s.oldest_seq},
+            {"oldest_age_ms", oldest_age_ms},
+            {"dropped", s.dropped},
+            {"compacted", s.compacted},
+            {"duplicates_skipped", s.duplicates_skipped}};
+}
+
+json side_report(const lmdb::SideStats& s) {
+    return {{"rows", s.rows}, {"bytes", s.bytes}, {"dropped", s.dropped}};
+}
+
+bool log_damaged(const log::LogStats& log, const log::ReaderStats& reader) {
+    return reader.damaged_regions > 0 || log.damaged_regions > 0;
+}
+
+json log_report(const log::LogStats& ls, const log::ReaderStats& rs, uint64_t engine_offset) {
+    json l = {
+        {"bytes", ls.total_bytes},
+        {"segments", ls.segments},
+        {"first_offset", ls.first_offset},
+        {"end_offset", ls.end_offset},
+        {"durable_offset", ls.durable_offset},
+        {"engine_offset", engine_offset},
+        {"oldest_ingest_ms",
+         ls.oldest_ingest_ms == log::ingest_ms_unknown ? json(nullptr) : json(ls.oldest_ingest_ms)},
+        {"records_appended", ls.records_appended},
+        {"tail_truncations", ls.tail_truncations},
+        {"poisoned", ls.poisoned}};
+    // Damage (a bad sector mid-log): the records after it were kept, the bytes in between lost.
+    l["damaged_regions"] = std::max(rs.damaged_regions, ls.damaged_regions);
+    l["damaged_bytes"] = std::max(rs.damaged_bytes, ls.damaged_bytes);
+    if (log_damaged(ls, rs)) l["last_damage"] = rs.last_damage;
+    return l;
+}
+
+json checkpoint_report(const CheckpointStats& s, int64_t now_wall_ms) {
+    return {{"count", s.count},
+            {"age_ms", s.wall_ms ? now_wall_ms - s.wall_ms : -1},
+            {"duration_ms", s.duration_ms},
+            {"log_offset", s.log_offset}};
+}
+
+json ingest_report(const mqtt::Ingest* ingest) {
+    json in;
+    if (!ingest) {
+        in["connected"] = false;
+        return in;
+    }
+    const mqtt::IngestStats is = ingest->stats();
+    in["connected"] = is.connected;
+    in["messages"] = is.messages;
+    in["bytes"] = is.bytes;
+    in["duplicates_flagged"] = is.duplicates;
+    in["reconnects"] = is.reconnects;
+    in["retries"] = is.handler_retries;
+    in["retained_skipped"] = is.retained_skipped;
+    in["last_error"] = is.last_error;
+    return in;
+}
+
+json upstream_report(const mqtt::Forwarder* forwarder) {
+    if (!forwarder) return {{"configured", false}};
+    const mqtt::ForwarderStats fs = forwarder->stats();
+    return {
+        {"link_up", fs.link_up},
+        {"sends", fs.sends},
+        {"acks", fs.acks},
+        {"reconnects", fs.reconnects},
+        {"inflight", fs.inflight},
+        {"rejected", fs.rejected},
+        {"first_row_after_reconnect_ms",
+         fs.first_row_after_reconnect_ms ? json(*fs.first_row_after_reconnect_ms) : json(nullptr)},
+        {"offline_since_ms", fs.offline_since_ms},
+        {"last_error", fs.last_error}};
+}
+
+json clock_report(const ClockStatus& clock) {
+    return {{"synchronised", clock.kernel_synchronised},
+            {"trusted", clock.trusted},
+            {"sync_service", clock.sync_service}};
+}
+
+uint64_t rss_kib() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+    return 0;
+}
+
+std::string status_line(const std::vector<std::string>& alarms, const mqtt::Forwarder* forwarder) {
+    if (!alarms.empty()) return "alarm: " + alarms[0];
+    if (forwarder && !forwarder->stats().link_up) return "running, upstream offline";
+    return "running";
+}
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,54 @@
+// Where the engine's results go: BatchSink collects one step's emissions as outbox rows and its
+// side output as side rows; OutboxSource and SideSource hand those rows to the forwarder with
+// the upstream topic each one is routed to.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/mqtt/forwarder.h"
+#include "firmware/processor.h"
+
+namespace tidemark::firmware {
+
+/// Operation: emissions become outbox rows (the JSON record as sent upstream, with its columns);
+/// too-late events and undecodable records become side rows named by the log record that
+/// produced them. The engine host moves `rows` and `side` into the store after each step.
+/// Concurrency: engine thread only.
+/// Limits: holds one step's results (step_records_max records' worth); the caller empties it.
+class BatchSink : public ProcessorSink {
+  public:
+    /// `config` must outlive the sink.
+    explicit BatchSink(const config::Config& config);
+    void emit(const core::Emission& e) override;
+    void side_output(const core::SideOutput& s) override;
+    void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override;
+
+    std::vector<lmdb::OutboxRow> rows;
+    std::vector<lmdb::SideRecord> side;
+
+  private:
+    void add_side(uint64_t log_offset, std::string record, std::string pipeline, std::string key);
+
+    const config::Config& config_;
+    std::vector<std::vector<std::string>> aggregate_names_;
+    uint64_t side_offset_ = UINT64_MAX;
+    uint32_t side_ordinal_ = 0;
+};
+
+/// The outbox for the forwarder: each row on upstream.topic expanded with its pipeline and key.
+/// `store` and `config` must outlive it; calls come from the forwarder's thread (the store's
+/// read and delete transactions are its own).
+std::unique_ptr<mqtt::OutboxSource> make_outbox_source(lmdb::Store& store,
+                                                       const config::Config& config);
+
+/// Side output on upstream.side_topic, after the results (the forwarder reads it only when the
+/// outbox has nothing to send). Same lifetime and threads as make_outbox_source.
+std::unique_ptr<mqtt::OutboxSource> make_side_source(lmdb::Store& store,
+                                                     const config::Config& config);
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,66 @@
+// Straight LMDB access for the tests that plant what the store itself never writes (a future or
+// older format, a damaged row, a foreign store) and read back the bytes it wrote.
+#pragma once
+
+#include <lmdb.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tidemark::lmdb::test {
+
+inline void raw_put(const std::string& dir, const char* db, const std::string& key,
+                    const std::string& value) {
+    MDB_env* env;
+    REQUIRE(mdb_env_create(&env) == 0);
+    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
+    REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0640) == 0);
+    MDB_txn* txn;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, db, MDB_CREATE, &dbi) == 0);
+    MDB_val k{key.size(), const_cast<char*>(key.data())};
+    MDB_val v{value.size(), const_cast<char*>(value.data())};
+    REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+}
+
+/// The value under key in db, read-only; nullopt when missing.
+inline std::optional<std::string> raw_get(const std::string& dir, const char* db,
+                                          const std::string& key) {
+    MDB_env* env;
+    REQUIRE(mdb_env_create(&env) == 0);
+    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
+    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY, 0640) == 0);
+    MDB_txn* txn;
+    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
+    MDB_val k{key.size(), const_cast<char*>(key.data())}, v;
+    std::optional<std::string> out;
+    if (mdb_get(txn, dbi, &k, &v) == 0) out.emplace(static_cast<const char*>(v.mv_data), v.mv_size);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return out;
+}
+
+/// Meta counters and the format version: 8 bytes little-endian.
+inline std::string le64(uint64_t v) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i)
+        s[static_cast<size_t>(i)] = static_cast<char>(v >> (8 * i));
+    return s;
+}
+
+/// Seq and id keys: 8 bytes big-endian.
+inline std::string be64(uint64_t v) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i)
+        s[static_cast<size_t>(i)] = static_cast<char>(v >> (56 - 8 * i));
+    return s;
+}
+
+}  // namespace tidemark::lmdb::test

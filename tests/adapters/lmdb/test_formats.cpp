@@ -1,0 +1,246 @@
+// The stored formats of the LMDB store: values written by older formats are still read (and the
+// store upgraded), values a writer never produces are refused as damage. The bytes of the older
+// formats are hard-coded here, as those versions wrote them.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "adapters/lmdb/store.h"
+#include "raw_lmdb.h"
+#include "test_support.h"
+
+using namespace tidemark::lmdb;
+using tidemark::core::EmissionKind;
+using tidemark::lmdb::test::be64;
+using tidemark::lmdb::test::le64;
+using tidemark::lmdb::test::raw_get;
+using tidemark::lmdb::test::raw_put;
+using tidemark::lmdb::test::TempDir;
+
+namespace {
+
+std::unique_ptr<Store> open_store(const std::string& dir) {
+    StoreOptions o;
+    o.dir = dir;
+    o.map_size_bytes = 1 << 24;
+    auto s = Store::open(o);
+    if (!s) FAIL("open: " << s.error().message);
+    return std::move(*s);
+}
+
+std::string le32(uint32_t v) {
+    std::string s(4, '\0');
+    for (int i = 0; i < 4; ++i)
+        s[static_cast<size_t>(i)] = static_cast<char>(v >> (8 * i));
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("side rows carry their pipeline and key as columns beside the record", "[lmdb][side]") {
+    TempDir tmp;
+    // Columns are stored as given, whatever the record says: the forwarder routes by them.
+    const std::vector<SideRecord> records{
+        {3, 0, R"({"pipeline":"temp_1m","key":"dev-7","reason":"too_late"})", "temp_1m", "dev-7"},
+        {3, 1, R"({"pipeline":"hum_5m","key":"dev-7","reason":"too_late"})", "hum_5m", "dev-7"},
+        {4, 0, R"({"pipeline":"temp_1m","malformed":"no /ts"})", "temp_1m", ""},
+        {5, 0, "not json", "p", std::string("k\0/\"#", 5)}};
+    {
+        auto s = open_store(tmp.store());
+        REQUIRE(s->side_append(records));
+        // The deprecated overload stores no columns: its rows say so.
+        REQUIRE(s->side_append(std::vector<std::string>{R"({"pipeline":"temp_1m"})"}));
+        auto refused = s->side_append(std::vector<std::string>{std::string("\0{}", 3)});
+        REQUIRE_FALSE(refused);
+        CHECK(refused.error().code == errc::invalid);
+    }
+    auto s = open_store(tmp.store());
+    const std::vector<SideRow> rows = s->side_peek(0, 100).value();
+    REQUIRE(rows.size() == records.size() + 1);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < records.size(); ++i) {
+        INFO("row " << i);
+        CHECK(rows[i].columns_known);
+        CHECK(rows[i].record == records[i].record);
+        CHECK(rows[i].pipeline == records[i].pipeline);
+        CHECK(rows[i].key == records[i].key);
+        bytes += records[i].record.size() + records[i].pipeline.size() + records[i].key.size() + 21;
+    }
+    CHECK_FALSE(rows.back().columns_known);
+    CHECK(rows.back().record == R"({"pipeline":"temp_1m"})");
+    CHECK(rows.back().pipeline.empty());
+    bytes += rows.back().record.size() + 8;
+    CHECK(s->side_stats()->bytes == bytes);
+}
+
+TEST_CASE("a format 1 store is read (rows without an enqueue time) and upgraded", "[lmdb]") {
+    TempDir tmp;
+    uint64_t seq = 0;
+    {
+        auto s = open_store(tmp.store());
+        OutboxRow row;
+        row.id = 7;
+        row.pipeline = "p";
+        row.key = "k";
+        row.window_end_ms = 60'000;
+        row.payload = R"({"v":1})";
+        row.enqueued_ms = 1'764'400'000'000;
+        REQUIRE(s->outbox_append(std::span<const OutboxRow>(&row, 1)));
+        auto rows = s->outbox_peek(0, 10).value();
+        REQUIRE(rows.size() == 1);
+        seq = rows[0].seq;
+        CHECK(rows[0].enqueued_ms == 1'764'400'000'000);
+        CHECK(s->outbox_stats().value().oldest_enqueued_ms == 1'764'400'000'000);
+    }
+    // What tidemark with format 1 wrote: the same row without its trailing enqueue time.
+    std::string v1_row;
+    auto put_u32 = [&](uint32_t n) { v1_row.append(reinterpret_cast<const char*>(&n), 4); };
+    auto put_str = [&](const std::string& text) {
+        put_u32(static_cast<uint32_t>(text.size()));
+        v1_row += text;
+    };
+    const uint64_t id = 7;
+    const int64_t start = 0, end = 60'000;
+    v1_row.append(reinterpret_cast<const char*>(&id), 8);
+    put_str("p");
+    put_str("k");
+    v1_row.append(reinterpret_cast<const char*>(&start), 8);
+    v1_row.append(reinterpret_cast<const char*>(&end), 8);
+    put_u32(0);
+    put_u32(0);
+    put_str(R"({"v":1})");
+    std::string key(8, '\0');
+    for (int i = 0; i < 8; ++i)
+        key[static_cast<size_t>(i)] = static_cast<char>(seq >> (56 - 8 * i));
+    raw_put(tmp.store(), "outbox", key, v1_row);
+    raw_put(tmp.store(), "meta", "format_version", le64(1));
+
+    auto s = open_store(tmp.store());
+    auto rows = s->outbox_peek(0, 10).value();
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].payload == R"({"v":1})");
+    CHECK(rows[0].key == "k");
+    CHECK(rows[0].enqueued_ms == 0);  // unknown
+    CHECK(s->outbox_stats().value().oldest_enqueued_ms == 0);
+    s.reset();
+    // Now the current format on disk: a tidemark that reads only format 1 refuses it.
+    CHECK(raw_get(tmp.store(), "meta", "format_version") == le64(Store::format_version));
+}
+
+TEST_CASE("a format 2 store's side rows (no columns) are read, and it is upgraded",
+          "[lmdb][side]") {
+    TempDir tmp;
+    { open_store(tmp.store()); }
+    // What format 2 wrote for one side record at seq 1: the JSON record itself, nothing else,
+    // and its cost (value + 8-byte key) in side_bytes.
+    const std::string record =
+        R"({"node":"gw-01","pipeline":"temp_1m","key":"dev-7","reason":"too_late","ingest_ms":5})";
+    raw_put(tmp.store(), "side", be64(1), record);
+    raw_put(tmp.store(), "meta", "side_seq_next", le64(2));
+    raw_put(tmp.store(), "meta", "side_bytes", le64(record.size() + 8));
+    raw_put(tmp.store(), "meta", "format_version", le64(2));
+
+    auto s = open_store(tmp.store());
+    CHECK(raw_get(tmp.store(), "meta", "format_version") == le64(Store::format_version));
+    auto rows = s->side_peek(0, 10).value();
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].seq == 1);
+    CHECK(rows[0].record == record);
+    CHECK_FALSE(rows[0].columns_known);  // the forwarder takes pipeline and key from the JSON
+    CHECK(rows[0].pipeline.empty());
+    CHECK(rows[0].key.empty());
+
+    // New rows beside it carry their columns; the old row's bytes still balance on delete.
+    const std::vector<SideRecord> more{{7, 0, R"({"reason":"too_late"})", "temp_1m", "dev-8"}};
+    REQUIRE(s->side_append(more));
+    rows = s->side_peek(0, 10).value();
+    REQUIRE(rows.size() == 2);
+    CHECK_FALSE(rows[0].columns_known);
+    CHECK(rows[1].seq == 2);
+    CHECK(rows[1].columns_known);
+    CHECK(rows[1].pipeline == "temp_1m");
+    CHECK(rows[1].key == "dev-8");
+    CHECK(rows[1].record == more[0].record);
+    const std::vector<uint64_t> seqs{1, 2};
+    REQUIRE(s->side_delete(seqs));
+    CHECK(s->side_stats()->bytes == 0);
+    CHECK(s->side_stats()->rows == 0);
+}
+
+TEST_CASE("a side row with garbled columns is refused as damage", "[lmdb][side]") {
+    TempDir tmp;
+    { open_store(tmp.store()); }
+    // The tag of a row with columns, then a pipeline length past the end of the value.
+    raw_put(tmp.store(), "side", be64(1), std::string(1, '\0') + le32(100) + "temp_1m");
+    raw_put(tmp.store(), "meta", "side_seq_next", le64(2));
+    auto s = open_store(tmp.store());
+    auto rows = s->side_peek(0, 10);
+    REQUIRE_FALSE(rows);
+    CHECK(rows.error().code == errc::corrupt);
+    CHECK(rows.error().message.find("side row 1 is garbled") != std::string::npos);
+}
+
+TEST_CASE("an outbox row whose kind is not an emission kind is refused as damage",
+          "[lmdb][outbox]") {
+    TempDir tmp;
+    uint64_t seq = 0;
+    {
+        auto s = open_store(tmp.store());
+        OutboxRow row;
+        row.id = 7;
+        row.pipeline = "p";
+        row.key = "k";
+        row.window_end_ms = 60'000;
+        row.payload = "{}";
+        REQUIRE(s->outbox_append(std::span<const OutboxRow>(&row, 1)));
+        seq = s->outbox_peek(0, 1).value().at(0).seq;
+    }
+    // The kind is the u32 after id (8), pipeline (4 + 1), key (4 + 1), window (8 + 8) and
+    // revision (4).
+    const size_t kind_at = 8 + 5 + 5 + 16 + 4;
+    std::string value = raw_get(tmp.store(), "outbox", be64(seq)).value();
+    REQUIRE(value.substr(kind_at, 4) == le32(0));
+    // The offset is right: a retract there reads back as one.
+    raw_put(tmp.store(), "outbox", be64(seq), value.replace(kind_at, 4, le32(2)));
+    CHECK(open_store(tmp.store())->outbox_peek(0, 1).value().at(0).kind == EmissionKind::retract);
+
+    const uint32_t damaged = GENERATE(3u, 255u, 0x01000000u);
+    raw_put(tmp.store(), "outbox", be64(seq), value.replace(kind_at, 4, le32(damaged)));
+    auto s = open_store(tmp.store());
+    auto peeked = s->outbox_peek(0, 1);
+    REQUIRE_FALSE(peeked);
+    CHECK(peeked.error().code == errc::corrupt);
+    CHECK(peeked.error().message.find("outbox row " + std::to_string(seq) + " is garbled") !=
+          std::string::npos);
+    const std::vector<uint64_t> seqs{seq};
+    auto deleted = s->outbox_delete(seqs);
+    REQUIRE_FALSE(deleted);
+    CHECK(deleted.error().code == errc::corrupt);
+}
+
+TEST_CASE("the checkpoint meta keeps its bytes: node_id where config_fingerprint was", "[lmdb]") {
+    TempDir tmp;
+    // What every format wrote: encoding 1, log offset, outbox seq_next, checkpoint_ms, and the
+    // node_id (under the name config_fingerprint) as a length-prefixed string.
+    const std::string stored =
+        std::string(1, '\x01') + le64(42) + le64(1) + le64(1'764'400'000'000) + le32(5) + "gw-01";
+    {
+        auto s = open_store(tmp.store());
+        auto txn = s->begin_checkpoint();
+        REQUIRE(txn);
+        CheckpointMeta meta;
+        meta.log_offset = 42;
+        meta.outbox_seq_next = 1;
+        meta.checkpoint_ms = 1'764'400'000'000;
+        meta.node_id = "gw-01";
+        REQUIRE((*txn)->commit(meta));
+    }
+    CHECK(raw_get(tmp.store(), "meta", "checkpoint") == stored);
+    raw_put(tmp.store(), "meta", "checkpoint", stored);
+    auto m = open_store(tmp.store())->load_checkpoint().value();
+    REQUIRE(m);
+    CHECK(m->log_offset == 42);
+    CHECK(m->node_id == "gw-01");
+}
