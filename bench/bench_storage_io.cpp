@@ -16,6 +16,7 @@
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
+#include "firmware/clock.h"
 #include "firmware/service_parts.h"
 
 using namespace tidemark;
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s", config::format_errors(cfg.error()).c_str());
         return 1;
     }
-    auto parts = firmware::ServiceParts::open(*cfg);
+    static const firmware::SystemClock clock;
+    auto parts = firmware::ServiceParts::open(*cfg, clock);
     if (!parts) {
         std::fprintf(stderr, "%s\n", parts.error().message.c_str());
         return 1;

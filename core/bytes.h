@@ -75,6 +75,13 @@ inline bool get_str(std::string_view& in, std::string_view& s) {
     in.remove_prefix(n);
     return true;
 }
+/// As above, into an owned string.
+inline bool get_str(std::string_view& in, std::string& out) {
+    std::string_view s;
+    if (!get_str(in, s)) return false;
+    out.assign(s);
+    return true;
+}
 inline bool get_i64_sortable(std::string_view& in, int64_t& v) {
     if (in.size() < 8) return false;
     uint64_t u = 0;

@@ -153,8 +153,7 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
             }
             return;
         }
-        p = create_partition(part_name);
-        if (scope_partition_) p->domain->watermark = new_partition_watermark();
+        p = open_partition(part_name, t, event.ingest_ms);
     }
     Domain& d = scope_partition_ ? *p->domain : global_;
 

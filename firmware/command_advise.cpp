@@ -298,10 +298,7 @@ Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const st
         if (!*next) break;
         ++records;
         if (rec.type == log::RecordType::malformed) {
-            // The topic of a malformed record is "reason\ttopic" (see firmware/processor.cpp).
-            const size_t tab = rec.topic.find('\t');
-            if (tab != std::string_view::npos && decoder.matches(rec.topic.substr(tab + 1)))
-                ++malformed;
+            if (decoder.matches(rec.topic)) ++malformed;
             continue;
         }
         if (rec.type != log::RecordType::message || !decoder.matches(rec.topic)) continue;

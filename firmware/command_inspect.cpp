@@ -181,7 +181,7 @@ json inspect_outbox(lmdb::Store& store, int64_t now_ms) {
                      {"pipeline", r.pipeline},
                      {"key", r.key},
                      {"window", {{"start", r.window_start_ms}, {"end", r.window_end_ms}}},
-                     {"kind", core::emission_kind_name(static_cast<core::EmissionKind>(r.kind))},
+                     {"kind", core::emission_kind_name(r.kind)},
                      {"revision", r.revision},
                      {"payload_bytes", r.payload.size()}});
     }

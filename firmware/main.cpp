@@ -10,6 +10,7 @@
 #include "adapters/config/config.h"
 #include "firmware/clock.h"
 #include "firmware/commands.h"
+#include "firmware/crash_arm.h"
 #include "firmware/runtime.h"
 
 namespace {
@@ -48,6 +49,7 @@ void setup_logging(const std::string& level) {
 
 int main(int argc, char** argv) {
     using namespace tidemark;
+    firmware::arm_crash_points_from_env();  // test builds only: TIDEMARK_CRASH_AT
     CLI::App app{"tidemark: event-time windows over MQTT telemetry, on the gateway"};
     app.require_subcommand(1);
 

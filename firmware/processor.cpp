@@ -63,16 +63,11 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
         engine_->set_clock(false, record.ingest_ms);
     if (record.type == log::RecordType::tick) return;
     if (record.type == log::RecordType::malformed) {
-        // The topic field of a malformed record holds "reason\ttopic" (see firmware/runtime.cpp).
         ++malformed_records_;
-        const size_t tab = record.topic.find('\t');
-        const std::string_view topic =
-            tab == std::string_view::npos ? std::string_view{} : record.topic.substr(tab + 1);
-        const std::string_view reason = record.topic.substr(0, tab);
         for (uint32_t i = 0; i < impl_->decoders.size(); ++i) {
-            if (!impl_->decoders[i].matches(topic)) continue;
+            if (!impl_->decoders[i].matches(record.topic)) continue;
             ++counters_[i].malformed;
-            sink.malformed(i, record, reason);
+            sink.malformed(i, record, record.reason);
         }
         return;
     }

@@ -161,11 +161,13 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
         Result<uint64_t> appended;
         if (m.payload.size() > payload_max) {
             // Kept for inspection with its reason; counted by every pipeline it matches.
-            std::string topic = "oversized: " + std::to_string(m.payload.size()) +
-                                " bytes > max_payload " + std::to_string(payload_max) + "\t" +
-                                std::string(m.topic.substr(0, 60000));
-            appended = sp.log().append(log::RecordType::malformed, now, topic,
-                                       m.payload.substr(0, log::malformed_payload_bytes_max));
+            // MQTT topics are at most 65535 bytes, like the log's topic field, which the
+            // reason shares: the topic is cut to leave the reason room.
+            const std::string reason = "oversized: " + std::to_string(m.payload.size()) +
+                                       " bytes > max_payload " + std::to_string(payload_max);
+            appended = sp.log().append_malformed(
+                now, reason, m.topic.substr(0, log::topic_bytes_max - reason.size() - 1),
+                m.payload);
         } else {
             appended = sp.log().append(log::RecordType::message, now, m.topic, m.payload);
         }

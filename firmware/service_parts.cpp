@@ -64,11 +64,6 @@ Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& c
     return std::unique_ptr<ServiceParts>(new ServiceParts(std::move(impl)));
 }
 
-Result<std::unique_ptr<ServiceParts>> ServiceParts::open(const config::Config& config) {
-    static const SystemClock clock;
-    return open(config, clock);
-}
-
 Result<uint64_t> ServiceParts::recover(const std::function<bool()>& wait_for_room) {
     return impl_->host->recover(wait_for_room);
 }

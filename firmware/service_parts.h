@@ -33,9 +33,6 @@ class ServiceParts {
     /// `clock` must outlive the parts; it is what every part reads time through.
     static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config,
                                                       const core::Clock& clock);
-    // TODO(issue 15): remove once tests/crash/crash_child.cpp and bench/bench_storage_io.cpp
-    // pass a clock (firmware::SystemClock) to open(config, clock).
-    static Result<std::unique_ptr<ServiceParts>> open(const config::Config& config);
     ~ServiceParts();
 
     /// Loads the checkpoint and replays the log to its end. Returns records replayed. While the

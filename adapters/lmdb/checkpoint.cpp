@@ -6,7 +6,7 @@
 #include <thread>
 #include <utility>
 
-#include "adapters/crash/crash_point.h"
+#include "core/crash_point.h"
 #include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/lmdb/store_internal.h"
@@ -14,8 +14,8 @@
 namespace tidemark::lmdb {
 
 using namespace detail;
-using crash::crash_point;
-using crash::CrashPoint;
+using core::crash_point;
+using core::CrashPoint;
 
 StoreResult<std::unique_ptr<CheckpointTxn>> Store::begin_checkpoint() {
     TM_WRITABLE();

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "adapters/crash/crash_point.h"
+#include "core/crash_point.h"
 #include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/lmdb/store_internal.h"
@@ -16,8 +16,8 @@
 namespace tidemark::lmdb {
 
 using namespace detail;
-using crash::crash_point;
-using crash::CrashPoint;
+using core::crash_point;
+using core::CrashPoint;
 
 StoreResult<uint64_t> Store::Impl::remove_outbox_row(MDB_txn* txn, uint64_t seq,
                                                      std::string_view what) {

@@ -23,13 +23,6 @@ bool known_emission_kind(uint32_t kind) {
 
 }  // namespace
 
-bool get_str(std::string_view& in, std::string& out) {
-    std::string_view s;
-    if (!bytes::get_str(in, s)) return false;
-    out.assign(s);
-    return true;
-}
-
 std::string u64_key(uint64_t v) {
     std::string out;
     bytes::put_i64_sortable(out, static_cast<int64_t>(v ^ sign_bit));
@@ -60,7 +53,7 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_i64(out, row.window_start_ms);
     bytes::put_i64(out, row.window_end_ms);
     bytes::put_u32(out, row.revision);
-    const auto kind = static_cast<uint32_t>(static_cast<core::EmissionKind>(row.kind));
+    const auto kind = static_cast<uint32_t>(row.kind);
     TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
     bytes::put_u32(out, kind);
     bytes::put_str(out, row.payload);
@@ -100,7 +93,7 @@ std::string encode_checkpoint(const CheckpointMeta& meta) {
     bytes::put_u64(out, meta.log_offset);
     bytes::put_u64(out, meta.outbox_seq_next);
     bytes::put_i64(out, meta.checkpoint_ms);
-    bytes::put_str(out, meta.node_id.empty() ? meta.config_fingerprint : meta.node_id);
+    bytes::put_str(out, meta.node_id);
     return out;
 }
 

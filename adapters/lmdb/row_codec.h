@@ -16,12 +16,11 @@
 #include <string_view>
 
 #include "adapters/lmdb/types.h"
+#include "core/bytes.h"
 
 namespace tidemark::lmdb::detail {
 
-/// core::bytes::get_str into an owned string.
-/// TODO(issue 15): move to core/bytes.h (core owns it) beside get_str(string_view&, string_view&).
-bool get_str(std::string_view& in, std::string& out);
+using core::bytes::get_str;
 
 /// Seq and id keys: 8 bytes big-endian.
 std::string u64_key(uint64_t v);

@@ -69,28 +69,6 @@ struct CheckpointMeta {
     // reads it back to decide anything (stored where older builds stored "config_fingerprint",
     // which held the node_id too: the bytes are the same).
     std::string node_id;
-    // TODO(issue 15): remove once firmware/service_parts.cpp (the checkpoint) sets node_id; until
-    // then it is stored when node_id is empty. Never filled by load_checkpoint.
-    std::string config_fingerprint;
-};
-
-/// OutboxRow::kind: a core::EmissionKind that still takes the raw byte older callers assign.
-/// TODO(issue 15): remove once firmware/service_parts.cpp (BatchSink::emit) and
-/// tests/firmware/inspect_test.cpp assign e.kind itself; OutboxRow::kind is then a plain
-/// core::EmissionKind.
-class RowKind {
-  public:
-    constexpr RowKind() = default;
-    constexpr RowKind(core::EmissionKind kind) : kind_(kind) {}  // implicit: it is one
-    RowKind(uint8_t raw) : kind_(static_cast<core::EmissionKind>(raw)) {
-        TM_ASSERT(raw <= static_cast<uint8_t>(core::EmissionKind::retract));
-    }
-    constexpr operator core::EmissionKind() const { return kind_; }
-    constexpr bool operator==(const RowKind&) const = default;
-    constexpr bool operator==(core::EmissionKind kind) const { return kind_ == kind; }
-
-  private:
-    core::EmissionKind kind_ = core::EmissionKind::final_result;
 };
 
 /// One result record waiting for the upstream PUBACK.
@@ -102,7 +80,7 @@ struct OutboxRow {
     int64_t window_start_ms = 0;
     int64_t window_end_ms = 0;
     uint32_t revision = 0;    // for a retract: the revision it cancels
-    RowKind kind;             // a core::EmissionKind (see RowKind)
+    core::EmissionKind kind = core::EmissionKind::final_result;
     int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
     std::string payload;      // the JSON record as sent upstream
 
@@ -148,10 +126,6 @@ struct SideRecord {
           record(std::move(record_in)),
           pipeline(std::move(pipeline_in)),
           key(std::move(key_in)) {}
-    // TODO(issue 15): remove once firmware/service_parts.cpp (BatchSink::add_side) passes
-    // pipeline and key; until then they are stored empty.
-    SideRecord(uint64_t log_offset_in, uint32_t ordinal_in, std::string record_in)
-        : SideRecord(log_offset_in, ordinal_in, std::move(record_in), {}, {}) {}
     bool operator==(const SideRecord&) const = default;
 };
 

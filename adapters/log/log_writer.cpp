@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "adapters/crash/crash_point.h"
+#include "core/crash_point.h"
 #include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
 #include "adapters/log/segment_scan.h"
@@ -387,7 +387,7 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
         durable_offset_.store(offset + frame, std::memory_order_release);
     }
     lock.unlock();
-    crash::crash_point(crash::CrashPoint::after_log_append);
+    core::crash_point(core::CrashPoint::after_log_append);
     return offset;
 }
 

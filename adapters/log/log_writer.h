@@ -100,8 +100,7 @@ class LogWriter {
 
     /// Appends one record and returns its offset. With FsyncPolicy::always it is durable on
     /// return. On error nothing was appended and end_offset() is unchanged.
-    /// For RecordType::malformed use append_malformed() (TODO(issue 15): append() refuses it
-    /// once firmware/runtime.cpp does).
+    /// For RecordType::malformed use append_malformed(), which keeps the reason apart.
     Result<uint64_t> append(RecordType type, int64_t ingest_ms, std::string_view topic,
                             std::string_view payload);
     /// Appends a malformed record: why it was refused (no tab in it), the topic it came on and

@@ -62,10 +62,8 @@ FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_by
         // Without a separator (not written by LogWriter::append_malformed) it is all reason.
         const size_t separator = out.topic.find(malformed_reason_separator);
         out.reason = out.topic.substr(0, separator);
-        if constexpr (malformed_topic_split) {
-            out.topic = separator == std::string_view::npos ? std::string_view{}
-                                                            : out.topic.substr(separator + 1);
-        }
+        out.topic = separator == std::string_view::npos ? std::string_view{}
+                                                        : out.topic.substr(separator + 1);
     }
     return FrameStatus::ok;
 }

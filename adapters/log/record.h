@@ -40,11 +40,6 @@ struct Record {
     std::string_view reason;
 };
 
-/// TODO(issue 15): remove (as if true) once firmware reads Record::reason (runtime.cpp,
-/// processor.cpp, command_advise.cpp): until then a malformed record's `topic` stays the whole
-/// field "reason\ttopic" that firmware splits itself; `reason` is filled either way.
-inline constexpr bool malformed_topic_split = false;
-
 /// The separator of reason and topic in a malformed record's topic field.
 inline constexpr char malformed_reason_separator = '\t';
 

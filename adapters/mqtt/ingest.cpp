@@ -83,6 +83,9 @@ struct Ingest::State {
     bool subscribed_once = false;  // subscribe on the first connect even if a session exists:
                                    // the filters may have changed since the last run
     bool parked = false;           // a callback holds an unacknowledged message forever
+    // The connect attempt waits for the SUBACK (no session: nothing arrives before it). With
+    // a session the connection is up at the CONNACK and the SUBACK comes when it comes.
+    bool subscribe_awaited = false;
     bool disconnect_done = false;
     bool disconnect_call_returned = false;
     enum class Outcome { pending, ok, failed };
@@ -99,6 +102,8 @@ struct Ingest::State {
     }
 
     Result<void> connect_once();
+    void drop_connection();
+    void subscription_refused(std::string error);
     void supervise();
 
     // Paho C callbacks: `context` is the State.
@@ -187,11 +192,18 @@ void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* res
         // state was lost); with one, subscribing again would resend retained messages.
         subscribe = !session_present || !s->subscribed_once;
     }
-    if (!subscribe) {
+    if (session_present) {
+        // The broker kept our subscriptions: the connection is up now. It may send a large
+        // backlog before the SUBACK of a re-subscription (mosquitto does), so waiting for that
+        // would report "no answer" while messages are being logged.
         s->is_connected = true;
         s->set_outcome(Outcome::ok, {});
-        return;
     }
+    {
+        std::lock_guard lock(s->mutex);
+        s->subscribe_awaited = !session_present;
+    }
+    if (!subscribe) return;
     if (session_present == false) s->resubscribes.fetch_add(1, std::memory_order_relaxed);
     MQTTAsync_responseOptions sub = MQTTAsync_responseOptions_initializer;
     sub.onSuccess = &State::on_subscribe_success;
@@ -199,10 +211,28 @@ void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* res
     sub.context = s;
     const int rc = MQTTAsync_subscribeMany(s->client, static_cast<int>(s->filters.size()),
                                            s->filter_pointers.data(), s->filter_qos.data(), &sub);
-    if (rc != MQTTASYNC_SUCCESS) {
-        s->set_outcome(Outcome::failed,
-                       "subscribe on " + s->address + " failed: " + paho_error(rc, nullptr));
+    if (rc != MQTTASYNC_SUCCESS)
+        s->subscription_refused("subscribe on " + s->address +
+                                " failed: " + paho_error(rc, nullptr));
+}
+
+void Ingest::State::subscription_refused(std::string error) {
+    bool awaited = false;
+    {
+        std::lock_guard lock(mutex);
+        awaited = subscribe_awaited;
     }
+    if (awaited) {
+        set_outcome(Outcome::failed, std::move(error));  // connect_once() drops the connection
+        return;
+    }
+    // The connection was reported up (session present): drop it and let supervise() try again.
+    spdlog::error("{}: {}; reconnecting", options.config_name, error);
+    is_connected = false;
+    std::lock_guard lock(mutex);
+    last_error = std::move(error);
+    if (!stopping) need_reconnect = true;
+    changed.notify_all();
 }
 
 void Ingest::State::on_connect_failure(void* context, MQTTAsync_failureData* response) {
@@ -224,10 +254,9 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* r
                                                          : 0;
         }
         if (granted == 0x80) {
-            s->set_outcome(Outcome::failed, "broker " + s->address +
-                                                " refused the subscription to '" + s->filters[i] +
-                                                "' for client id '" + s->options.client_id +
-                                                "': check the broker's ACL");
+            s->subscription_refused("broker " + s->address + " refused the subscription to '" +
+                                    s->filters[i] + "' for client id '" + s->options.client_id +
+                                    "': check the broker's ACL");
             return;
         }
         if (granted < 1) {
@@ -235,20 +264,22 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* r
                          s->options.config_name, granted, s->filters[i]);
         }
     }
+    bool awaited = false;
     {
         std::lock_guard lock(s->mutex);
         s->subscribed_once = true;
+        awaited = s->subscribe_awaited;
     }
+    if (!awaited) return;  // reported up at the CONNACK
     s->is_connected = true;
     s->set_outcome(Outcome::ok, {});
 }
 
 void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData* response) {
     auto* s = static_cast<State*>(context);
-    s->set_outcome(Outcome::failed,
-                   "subscribe on " + s->address + " failed: " +
-                       (response != nullptr ? paho_error(response->code, response->message)
-                                            : std::string("no reason given")));
+    s->subscription_refused("subscribe on " + s->address + " failed: " +
+                            (response != nullptr ? paho_error(response->code, response->message)
+                                                 : std::string("no reason given")));
 }
 
 void Ingest::State::on_disconnect_done(void* context, MQTTAsync_successData*) {
@@ -262,7 +293,26 @@ void Ingest::State::on_disconnect_failed(void* context, MQTTAsync_failureData*) 
     on_disconnect_done(context, nullptr);
 }
 
+// Leaves no connection (live or half-open) behind, waiting up to 2 s for Paho: a connect on a
+// client that is still connected never completes.
+void Ingest::State::drop_connection() {
+    is_connected = false;
+    {
+        std::lock_guard lock(mutex);
+        disconnect_done = false;
+    }
+    MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
+    d.timeout = 1000;
+    d.onSuccess = &State::on_disconnect_done;
+    d.onFailure = &State::on_disconnect_failed;
+    d.context = this;
+    if (MQTTAsync_disconnect(client, &d) != MQTTASYNC_SUCCESS) return;  // nothing to drop
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, std::chrono::seconds(2), [this] { return disconnect_done; });
+}
+
 Result<void> Ingest::State::connect_once() {
+    if (MQTTAsync_isConnected(client)) drop_connection();  // e.g. a refused subscription's
     // Persistent session (the broker queues and redelivers while we are away); supervise()
     // reconnects, to see session-present. max_inflight bounds our publishes only: none here.
     PahoConnect paho;
@@ -285,18 +335,17 @@ Result<void> Ingest::State::connect_once() {
                           [this] { return outcome != Outcome::pending || stopping; })) {
         last_error =
             "no answer from " + address + " within " + std::to_string(limit.count()) + " ms";
-        return fail(last_error);
+        std::string error = last_error;
+        lock.unlock();
+        drop_connection();  // or the next attempt would connect a connected client
+        return fail(error);
     }
     if (outcome == Outcome::ok) return {};
     if (outcome == Outcome::failed) {
         std::string error = outcome_error;
         lock.unlock();
         // A refused subscription leaves a live connection behind: drop it before retrying.
-        if (MQTTAsync_isConnected(client)) {
-            MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
-            d.timeout = 1000;
-            MQTTAsync_disconnect(client, &d);
-        }
+        if (MQTTAsync_isConnected(client)) drop_connection();
         return fail(error);
     }
     return fail("stopped while connecting to " + address);

@@ -15,60 +15,78 @@ std::uint64_t RedeliveryFilter::hash(std::string_view topic, std::string_view pa
     return fnv1a(h, payload);  // the 0 byte: so ("ab","c") and ("a","bc") differ
 }
 
-void RedeliveryFilter::push_recent(Entry entry) {
-    recent_[recent_next_] = entry;
-    recent_next_ = (recent_next_ + 1) % candidates_max;
-    if (recent_count_ < candidates_max) ++recent_count_;
+RedeliveryFilter::RedeliveryFilter() : window_(candidates_max) {
+    alignments_.reserve(alignments_max);
+}
+
+void RedeliveryFilter::push(Entry entry) {
+    at(next_) = entry;
+    ++next_;
+    if (count_ < candidates_max) ++count_;
 }
 
 void RedeliveryFilter::connection_started() {
     started_ = true;
-    // The newest records win: unmatched candidates of earlier connections (their redelivery
-    // may itself have been cut off) first, then the records since the last start, oldest first.
-    const std::size_t kept = std::min(candidate_count_, candidates_max - recent_count_);
-    std::copy(candidates_.begin() + static_cast<std::ptrdiff_t>(candidate_count_ - kept),
-              candidates_.begin() + static_cast<std::ptrdiff_t>(candidate_count_),
-              candidates_.begin());
-    candidate_count_ = kept;
-    const std::size_t oldest = (recent_next_ + candidates_max - recent_count_) % candidates_max;
-    for (std::size_t i = 0; i < recent_count_; ++i)
-        candidates_[candidate_count_++] = recent_[(oldest + i) % candidates_max];
-    recent_count_ = 0;
-    recent_next_ = 0;
-    TM_ASSERT(candidate_count_ <= candidates_max);
+    end_ = next_;
+    run_ = count_ > 0 ? Run::not_started : Run::over;
+    alignments_.clear();
 }
 
 void RedeliveryFilter::remember(int packet_id, std::string_view topic, std::string_view payload) {
     TM_ASSERT(packet_id >= 0);
-    push_recent({hash(topic, payload), packet_id});
+    push({hash(topic, payload), packet_id});
 }
 
 void RedeliveryFilter::seed(std::string_view topic, std::string_view payload) {
     // Seeds after a connection started would be taken for that connection's own records.
     TM_ASSERT(!started_);
-    push_recent({hash(topic, payload), any_packet_id});
+    push({hash(topic, payload), any_packet_id});
+}
+
+bool RedeliveryFilter::matches(std::uint64_t seq, std::uint64_t h, int packet_id) {
+    const Entry& e = at(seq);
+    return e.hash == h && (e.packet_id == packet_id || e.packet_id == any_packet_id);
+}
+
+std::size_t RedeliveryFilter::candidates() const {
+    if (run_ == Run::over) return 0;
+    if (run_ == Run::not_started) return static_cast<std::size_t>(end_ - oldest());
+    std::uint64_t first = end_;
+    for (const std::uint64_t a : alignments_)
+        first = std::min(first, a);
+    return static_cast<std::size_t>(end_ - first);
 }
 
 bool RedeliveryFilter::is_redelivery(int packet_id, std::string_view topic,
                                      std::string_view payload) {
     TM_ASSERT(packet_id >= 0);
-    // A linear scan of at most candidates_max: it runs only for messages flagged DUP.
+    if (run_ == Run::over) return false;
     const std::uint64_t h = hash(topic, payload);
-    const auto begin = candidates_.begin();
-    const auto end = begin + static_cast<std::ptrdiff_t>(candidate_count_);
-    auto found = std::find_if(
-        begin, end, [&](const Entry& e) { return e.hash == h && e.packet_id == packet_id; });
-    if (found == end) {
-        // A seeded record: the oldest first, the order in which the broker resends.
-        found = std::find_if(begin, end, [&](const Entry& e) {
-            return e.hash == h && e.packet_id == any_packet_id;
-        });
+    if (run_ == Run::not_started) {
+        // The run's first message: one scan of the window, newest first (records taken since
+        // the connection started are not candidates; the oldest may have been overwritten).
+        for (std::uint64_t seq = end_; seq > oldest() && alignments_.size() < alignments_max;) {
+            --seq;
+            if (matches(seq, h, packet_id)) alignments_.push_back(seq);
+        }
+    } else {
+        std::size_t kept = 0;
+        for (const std::uint64_t expected : alignments_) {
+            // A record overwritten since the start (the window wrapped) cannot be matched.
+            if (expected < end_ && expected >= oldest() && matches(expected, h, packet_id))
+                alignments_[kept++] = expected;
+        }
+        alignments_.resize(kept);
     }
-    if (found == end) return false;
-    std::copy(found + 1, end, found);
-    --candidate_count_;
-    // Its PUBACK, sent on this connection, can be lost too: a candidate again next time.
-    push_recent({h, packet_id});
+    if (alignments_.empty()) {
+        run_ = Run::over;
+        return false;
+    }
+    run_ = Run::running;
+    // The broker kept the packet id: a seeded record now has it, once the run is certain.
+    if (alignments_.size() == 1) at(alignments_.front()).packet_id = packet_id;
+    for (std::uint64_t& a : alignments_)
+        ++a;
     return true;
 }
 

@@ -28,6 +28,27 @@ TM_HOT uint64_t load_u32(const char* p) {
     return v;
 }
 
+// The full 128-bit product of two 64-bit words, as its halves.
+struct Product128 {
+    uint64_t lo;
+    uint64_t hi;
+};
+
+// For targets without a 128-bit integer type (armhf): four 32x32->64 multiplies. Defined on
+// every target, so that a test compares it with the __int128 product where there is one.
+// The middle sum cannot overflow: (2^32-1) + (2^32-1) + (2^32-1)^2 = 2^64 - 1.
+constexpr Product128 mul_64x64_portable(uint64_t a, uint64_t b) {
+    const uint64_t a_lo = a & 0xffffffffu, a_hi = a >> 32;
+    const uint64_t b_lo = b & 0xffffffffu, b_hi = b >> 32;
+    const uint64_t lo_lo = a_lo * b_lo;
+    const uint64_t lo_hi = a_lo * b_hi;
+    const uint64_t hi_lo = a_hi * b_lo;
+    const uint64_t hi_hi = a_hi * b_hi;
+    const uint64_t middle = (lo_lo >> 32) + (lo_hi & 0xffffffffu) + hi_lo;
+    return {(middle << 32) | (lo_lo & 0xffffffffu), hi_hi + (lo_hi >> 32) + (middle >> 32)};
+}
+
+#if defined(__SIZEOF_INT128__)
 __extension__ using uint128 = unsigned __int128;
 
 // The 64x64->128 multiply-and-fold of wyhash: one multiply mixes two words.
@@ -35,6 +56,13 @@ TM_HOT uint64_t mum(uint64_t a, uint64_t b) {
     const uint128 r = static_cast<uint128>(a) * b;
     return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
 }
+#else
+// The same fold from the portable product: the same hash values as on 64-bit targets.
+TM_HOT uint64_t mum(uint64_t a, uint64_t b) {
+    const Product128 r = mul_64x64_portable(a, b);
+    return r.lo ^ r.hi;
+}
+#endif
 
 TM_HOT uint64_t hash_name(std::string_view s) {
     constexpr uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL,

@@ -38,6 +38,19 @@ Partition* PipelineRun::create_partition(std::string_view name) {
     return p;
 }
 
+// process()'s new partition, active before the event's window logic runs: new, it is idle and
+// holds no key, so a key created for the event and removed again (open_windows_max) would
+// forget it mid-event, and the event's touch would then revive a forgotten partition (on the
+// dirty list and in the idle queue once back in the pool: released twice, reused while
+// listed). process()'s own touch then finds it active and changes nothing more. Out of
+// line: the per-event path stays as it is.
+Partition* PipelineRun::open_partition(std::string_view name, int64_t event_ms, int64_t ingest_ms) {
+    Partition* p = create_partition(name);
+    if (scope_partition_) p->domain->watermark = new_partition_watermark();
+    touch_partition(p, event_ms, ingest_ms);
+    return p;
+}
+
 void PipelineRun::go_idle(Partition* p, int64_t idle_at) {
     p->idle = true;
     mark_dirty(p);
@@ -106,8 +119,12 @@ void PipelineRun::maybe_forget(Partition* p) {
 // Returns forgotten partitions to the pool; only at the start of a clock step (see
 // maybe_forget): until then a new partition takes a fresh object, which is as right.
 void PipelineRun::reap_partitions() {
-    for (Partition* p : retired_partitions_)
+    for (Partition* p : retired_partitions_) {
+        // Marked dirty since it was forgotten, it is on the dirty list as well, and the
+        // checkpoint would release it a second time.
+        TM_ASSERT(!p->dirty);
         release_partition(p);
+    }
     retired_partitions_.clear();
 }
 

@@ -75,6 +75,7 @@ class PipelineRun {
     // --- partitions (partitions.cpp) ---------------------------------------------------------
     Partition* find_partition(std::string_view name) const;
     Partition* create_partition(std::string_view name);
+    Partition* open_partition(std::string_view name, int64_t event_ms, int64_t ingest_ms);
     void go_idle(Partition* p, int64_t idle_at);
     void catch_up_idle(Partition& p, EmissionSink& sink);
     int64_t new_partition_watermark() const;

@@ -26,6 +26,8 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
+#include "firmware/crash_arm.h"
+#include "firmware/clock.h"
 #include "firmware/service_parts.h"
 #include "tests/crash/crash_stream.h"
 
@@ -200,10 +202,12 @@ uint64_t items_in_log(const Args& args, firmware::ServiceParts& parts) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    firmware::arm_crash_points_from_env();
     const Args args = parse_args(argc, argv);
     auto config = config::parse_config(config_json(args.data_dir), "/");
     if (!config) die("config: " + config::format_errors(config.error()));
-    auto parts = firmware::ServiceParts::open(*config);
+    static const firmware::SystemClock clock;
+    auto parts = firmware::ServiceParts::open(*config, clock);
     if (!parts) die("open: " + parts.error().message);
     firmware::ServiceParts& p = **parts;
     if (auto replayed = p.recover([] { return false; }); !replayed)

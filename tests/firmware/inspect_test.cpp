@@ -39,7 +39,7 @@ class CollectSink : public firmware::ProcessorSink {
         row.window_start_ms = e.start_ms;
         row.window_end_ms = e.end_ms;
         row.revision = e.revision;
-        row.kind = static_cast<uint8_t>(e.kind);
+        row.kind = e.kind;
         row.payload = "{}";
         rows.push_back(std::move(row));
     }

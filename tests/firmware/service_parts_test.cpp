@@ -11,6 +11,7 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
 #include "fault_io.h"
+#include "firmware/clock.h"
 #include "firmware/service_parts.h"
 #include "tests/support/broker.h"
 
@@ -42,7 +43,8 @@ config::Config load(const std::string& data_dir, const std::string& too_late = "
 }
 
 std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& c) {
-    auto parts = firmware::ServiceParts::open(c);
+    static const firmware::SystemClock clock;
+    auto parts = firmware::ServiceParts::open(c, clock);
     INFO((parts ? std::string() : parts.error().message));
     REQUIRE(parts);
     auto recovered = (*parts)->recover([] { return false; });

@@ -267,7 +267,7 @@ struct CrashPoint {
     const char* name;
     int count_max;  // hits per run: a few checkpoints, many appends
 };
-// Names from adapters/crash/crash_point.h; the counts reach into a run of 1-6 s.
+// Names from core/crash_point.h; the counts reach into a run of 1-6 s.
 const CrashPoint crash_points[] = {
     {"after_log_append", 4000},  {"mid_checkpoint", 4},       {"after_checkpoint_commit", 4},
     {"after_outbox_append", 15}, {"after_outbox_delete", 80},

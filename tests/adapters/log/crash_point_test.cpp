@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "firmware/crash_arm.h"
 #include "log_test_support.h"
 
 using namespace tidemark::log;
@@ -15,6 +16,7 @@ using namespace tidemark::log::test;
 TEST_CASE("crash child: append ten records", "[.crash-child]") {
     const char* dir = std::getenv("TM_LOG_CRASH_DIR");
     if (dir == nullptr) return;
+    tidemark::firmware::arm_crash_points_from_env();
     auto writer = LogWriter::open(options_for(dir, 200));
     if (!writer) ::_exit(2);
     for (int i = 0; i < 10; ++i) {

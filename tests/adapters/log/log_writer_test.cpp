@@ -79,12 +79,7 @@ TEST_CASE("a malformed record's reason and topic read back as written, in the ol
         REQUIRE(*next);
         CHECK(rec.type == RecordType::malformed);
         CHECK(rec.reason == reason);
-        // TODO(issue 15): only the first branch once firmware reads Record::reason.
-        if constexpr (malformed_topic_split) {
-            CHECK(rec.topic == topic);
-        } else {
-            CHECK(rec.topic == reason + "\t" + topic);
-        }
+        CHECK(rec.topic == topic);
         CHECK(rec.payload == std::string(malformed_payload_bytes_max, 'q'));
         CHECK(rec.next_offset - rec.offset ==
               frame_bytes(reason.size() + 1 + topic.size(), malformed_payload_bytes_max));
