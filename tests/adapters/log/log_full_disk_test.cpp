@@ -34,8 +34,13 @@ std::pair<std::vector<Owned>, std::string> append_until_full(LogWriter& writer,
             REQUIRE(writer.end_offset() == end);  // nothing appended
             return {expected, offset.error().message};
         }
-        expected.push_back(Owned{*offset, writer.end_offset(), RecordType::message,
-                                 static_cast<int64_t>(i), "t", payload_of(expected.size(), 1000)});
+        expected.push_back(Owned{*offset,
+                                 writer.end_offset(),
+                                 RecordType::message,
+                                 static_cast<int64_t>(i),
+                                 "t",
+                                 payload_of(expected.size(), 1000),
+                                 {}});
     }
     FAIL("the disk never filled");
     return {};

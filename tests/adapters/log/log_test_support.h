@@ -102,7 +102,8 @@ inline Owned append(LogWriter& writer, RecordType type, int64_t ingest_ms, const
     INFO((offset ? std::string() : offset.error().message));
     REQUIRE(offset.has_value());
     // The stored ingest time: the writer never lets it go back.
-    return Owned{*offset, writer.end_offset(), type, writer.stats().last_ingest_ms, topic, payload};
+    return Owned{*offset, writer.end_offset(), type, writer.stats().last_ingest_ms, topic, payload,
+                 {}};
 }
 
 /// XORs the byte at `at` of a file with `mask`: a flipped bit, a bad sector's worth of one.
