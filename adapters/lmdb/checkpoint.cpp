@@ -6,10 +6,10 @@
 #include <thread>
 #include <utility>
 
-#include "core/crash_point.h"
 #include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/lmdb/store_internal.h"
+#include "core/crash_point.h"
 
 namespace tidemark::lmdb {
 

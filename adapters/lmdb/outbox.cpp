@@ -8,10 +8,10 @@
 #include <string>
 #include <utility>
 
-#include "core/crash_point.h"
 #include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/lmdb/store_internal.h"
+#include "core/crash_point.h"
 
 namespace tidemark::lmdb {
 
@@ -250,30 +250,8 @@ StoreResult<std::vector<OutboxRow>> Store::outbox_peek(uint64_t from_seq, size_t
     // The snapshot and the claim under one lock with outbox_append's compaction (see there): no
     // append can have decided to compact a returned row, nor decide it later.
     std::lock_guard claim_lock(claim_mutex_);
-    auto rows = impl_->read<std::vector<OutboxRow>>(
-        "reading the outbox", [&](MDB_txn* txn) -> StoreResult<std::vector<OutboxRow>> {
-            std::vector<OutboxRow> out;
-            MDB_cursor* cur;
-            if (int rc = mdb_cursor_open(txn, impl_->outbox, &cur); rc != 0)
-                return std::unexpected(impl_->error(rc, "reading the outbox"));
-            std::string from = u64_key(from_seq);
-            MDB_val k = val(from), v;
-            int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-            for (; rc == 0 && out.size() < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                OutboxRow row;
-                if (!decode_outbox_row(view(v), u64_of_key(view(k)), row)) {
-                    mdb_cursor_close(cur);
-                    return std::unexpected(StoreError{
-                        errc::corrupt, "LMDB store " + dir() + ": outbox row " +
-                                           std::to_string(u64_of_key(view(k))) + " is garbled"});
-                }
-                out.push_back(std::move(row));
-            }
-            mdb_cursor_close(cur);
-            if (rc != 0 && rc != MDB_NOTFOUND)
-                return std::unexpected(impl_->error(rc, "reading the outbox"));
-            return out;
-        });
+    auto rows = impl_->peek_rows<OutboxRow>(impl_->outbox, from_seq, limit, "reading the outbox",
+                                            "outbox row", decode_outbox_row);
     if (rows && !rows->empty()) set_claimed(rows->back().seq + 1);
     return rows;
 }

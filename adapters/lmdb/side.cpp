@@ -165,30 +165,8 @@ StoreResult<void> Store::side_append(std::span<const std::string> records) {
 }
 
 StoreResult<std::vector<SideRow>> Store::side_peek(uint64_t from_seq, size_t limit) {
-    return impl_->read<std::vector<SideRow>>(
-        "reading side output", [&](MDB_txn* txn) -> StoreResult<std::vector<SideRow>> {
-            std::vector<SideRow> out;
-            MDB_cursor* cur;
-            if (int rc = mdb_cursor_open(txn, impl_->side, &cur); rc != 0)
-                return std::unexpected(impl_->error(rc, "reading side output"));
-            std::string from = u64_key(from_seq);
-            MDB_val k = val(from), v;
-            int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-            for (; rc == 0 && out.size() < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                SideRow row;
-                if (!decode_side_row(view(v), u64_of_key(view(k)), row)) {
-                    mdb_cursor_close(cur);
-                    return std::unexpected(StoreError{
-                        errc::corrupt, "LMDB store " + dir() + ": side row " +
-                                           std::to_string(u64_of_key(view(k))) + " is garbled"});
-                }
-                out.push_back(std::move(row));
-            }
-            mdb_cursor_close(cur);
-            if (rc != 0 && rc != MDB_NOTFOUND)
-                return std::unexpected(impl_->error(rc, "reading side output"));
-            return out;
-        });
+    return impl_->peek_rows<SideRow>(impl_->side, from_seq, limit, "reading side output",
+                                     "side row", decode_side_row);
 }
 
 StoreResult<void> Store::side_delete(std::span<const uint64_t> seqs) {

@@ -11,7 +11,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 
 namespace tidemark::lmdb {
@@ -127,6 +129,38 @@ struct Store::Impl {
         StoreResult<T> r = body(*txn);
         mdb_txn_abort(*txn);  // a read txn has nothing to commit; abort releases its slot
         return r;
+    }
+
+    // Up to limit rows of a seq-keyed database (outbox, side) from from_seq on, in seq order,
+    // each decoded by decode(value, seq, row); a row that does not decode is errc::corrupt,
+    // named `noun` ("outbox row", "side row").
+    template <typename Row, typename Decode>
+    StoreResult<std::vector<Row>> peek_rows(MDB_dbi dbi, uint64_t from_seq, size_t limit,
+                                            std::string_view what, std::string_view noun,
+                                            Decode&& decode) {
+        return read<std::vector<Row>>(what, [&](MDB_txn* txn) -> StoreResult<std::vector<Row>> {
+            std::vector<Row> out;
+            MDB_cursor* cur;
+            if (int rc = mdb_cursor_open(txn, dbi, &cur); rc != 0)
+                return std::unexpected(error(rc, what));
+            const std::string from = detail::u64_key(from_seq);
+            MDB_val k = detail::val(from), v;
+            int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+            for (; rc == 0 && out.size() < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                const uint64_t seq = detail::u64_of_key(detail::view(k));
+                Row row;
+                if (!decode(detail::view(v), seq, row)) {
+                    mdb_cursor_close(cur);
+                    return std::unexpected(
+                        StoreError{errc::corrupt, "LMDB store " + dir + ": " + std::string(noun) +
+                                                      " " + std::to_string(seq) + " is garbled"});
+                }
+                out.push_back(std::move(row));
+            }
+            mdb_cursor_close(cur);
+            if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(error(rc, what));
+            return out;
+        });
     }
 
     // Returns the value, nullopt when missing, or an error.

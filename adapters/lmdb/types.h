@@ -79,7 +79,7 @@ struct OutboxRow {
     std::string key;
     int64_t window_start_ms = 0;
     int64_t window_end_ms = 0;
-    uint32_t revision = 0;    // for a retract: the revision it cancels
+    uint32_t revision = 0;  // for a retract: the revision it cancels
     core::EmissionKind kind = core::EmissionKind::final_result;
     int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
     std::string payload;      // the JSON record as sent upstream

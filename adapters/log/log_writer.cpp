@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/crash_point.h"
 #include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
 #include "adapters/log/segment_scan.h"
+#include "core/crash_point.h"
 
 namespace tidemark::log {
 namespace {

@@ -26,8 +26,8 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
-#include "firmware/crash_arm.h"
 #include "firmware/clock.h"
+#include "firmware/crash_arm.h"
 #include "firmware/service_parts.h"
 #include "tests/crash/crash_stream.h"
 

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
         std::sort(files.begin(), files.end());  // the same order on every run
         for (const auto& path : files) {
             std::ifstream in(path, std::ios::binary);
-            std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
             LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
             ++inputs;
         }

@@ -52,7 +52,7 @@ class Input {
 
 }  // namespace tidemark::fuzz
 
-#define TM_FUZZ_CHECK(cond) \
-    do {                    \
+#define TM_FUZZ_CHECK(cond)                             \
+    do {                                                \
         if (!(cond)) ::tidemark::fuzz::violated(#cond); \
     } while (0)

@@ -18,8 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (status == log::FrameStatus::ok) {
         TM_FUZZ_CHECK(frame_bytes <= bytes.size());
         TM_FUZZ_CHECK(frame_bytes >= log::frame_header_bytes + log::body_prefix_bytes);
-        TM_FUZZ_CHECK(frame_bytes ==
-                      log::frame_bytes(record.topic.size(), record.payload.size()));
+        TM_FUZZ_CHECK(frame_bytes == log::frame_bytes(record.topic.size(), record.payload.size()));
         TM_FUZZ_CHECK(record.topic.size() <= log::topic_bytes_max);
         TM_FUZZ_CHECK(record.topic.data() >= bytes.data() &&
                       record.payload.data() + record.payload.size() <= bytes.data() + frame_bytes);

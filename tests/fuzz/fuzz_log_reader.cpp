@@ -124,8 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 2: {  // record i's frame written again over record j's (duplicated frame)
                 const size_t i = in.below(static_cast<uint32_t>(written.size()));
                 const size_t j = in.below(static_cast<uint32_t>(written.size()));
-                const uint64_t len_i = (i + 1 < written.size() ? written[i + 1].offset : end) -
-                                       written[i].offset;
+                const uint64_t len_i =
+                    (i + 1 < written.size() ? written[i + 1].offset : end) - written[i].offset;
                 if (written[j].offset + len_i <= all.size()) {
                     all.replace(written[j].offset, len_i, all.substr(written[i].offset, len_i));
                     if (i != j) damaged_from = std::min(damaged_from, written[j].offset);
@@ -175,8 +175,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             // Nothing that lies wholly before the damage may be skipped.
             for (size_t m = next_index; m < k; ++m) {
-                const uint64_t frame_end =
-                    m + 1 < written.size() ? written[m + 1].offset : end;
+                const uint64_t frame_end = m + 1 < written.size() ? written[m + 1].offset : end;
                 TM_FUZZ_CHECK(frame_end > damaged_from);
             }
             next_index = k + 1;

@@ -516,8 +516,8 @@ std::vector<SideRecord> side_records(uint64_t from, uint64_t to) {
     for (uint64_t offset = from; offset <= to; ++offset)
         for (uint32_t ordinal = 0; ordinal < (offset % 2 == 0 ? 2u : 1u); ++ordinal)
             out.push_back({offset, ordinal,
-                           "late@" + std::to_string(offset) + "/" + std::to_string(ordinal),
-                           "p", "k"});
+                           "late@" + std::to_string(offset) + "/" + std::to_string(ordinal), "p",
+                           "k"});
     return out;
 }
 
