@@ -41,6 +41,7 @@
 
 #include "adapters/lmdb/store.h"
 #include "adapters/mqtt/forwarder.h"
+#include "firmware/clock.h"
 
 extern char** environ;
 
@@ -300,9 +301,12 @@ size_t delete_batch_rows = tidemark::mqtt::ForwarderOptions{}.delete_batch_rows;
 
 tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_inflight,
                                                    const std::string& client_id) {
+    static const tidemark::firmware::SystemClock host_clock;
     tidemark::mqtt::ForwarderOptions options;
+    options.clock = &host_clock;
     options.delete_batch_rows = delete_batch_rows;
-    options.broker.uri = "tcp://127.0.0.1:" + std::to_string(port);
+    options.broker.host = "127.0.0.1";
+    options.broker.port = port;
     options.broker.client_id = client_id;
     options.broker.max_inflight = max_inflight;
     options.broker.config_name = "upstream";

@@ -153,6 +153,32 @@ std::string_view aggregate_fn_name(AggregateFn fn) {
     return info(fn).name;
 }
 
+AggregateSet::AddKind AggregateSet::add_kind(AggregateFn fn) {
+    switch (fn) {
+        case AggregateFn::count:
+            return AddKind::count;
+        case AggregateFn::sum:
+            return AddKind::sum;
+        case AggregateFn::min:
+            return AddKind::min;
+        case AggregateFn::max:
+            return AddKind::max;
+        case AggregateFn::mean:
+            return AddKind::mean;
+        case AggregateFn::first:
+            return AddKind::first;
+        case AggregateFn::last:
+            return AddKind::last;
+        case AggregateFn::variance:
+        case AggregateFn::stddev:
+            return AddKind::moments;
+        case AggregateFn::quantile:
+            return AddKind::quantile;
+    }
+    TM_ASSERT(false);
+    return AddKind::count;
+}
+
 AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions quantile)
     : specs_(std::move(specs)), quantile_(quantile) {
     int32_t sketches = 0;
@@ -170,39 +196,14 @@ AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions qua
         }
         if (spec.field >= 0) {
             op.field = static_cast<uint32_t>(spec.field);
-            switch (spec.fn) {
-                case AggregateFn::count:
-                    op.kind = AddKind::count;
-                    break;
-                case AggregateFn::sum:
-                    op.kind = AddKind::sum;
-                    break;
-                case AggregateFn::min:
-                    op.kind = AddKind::min;
-                    break;
-                case AggregateFn::max:
-                    op.kind = AddKind::max;
-                    break;
-                case AggregateFn::mean:
-                    op.kind = AddKind::mean;
-                    break;
-                case AggregateFn::first:
-                    op.kind = AddKind::first;
-                    break;
-                case AggregateFn::last:
-                    op.kind = AddKind::last;
-                    break;
-                case AggregateFn::variance:
-                case AggregateFn::stddev:
-                    op.kind = AddKind::moments;
-                    break;
-                case AggregateFn::quantile:
-                    op.kind = AddKind::quantile;
-                    break;
-            }
+            op.kind = add_kind(spec.fn);
         }
         add_ops_.push_back(op);
     }
+    plan_simple();
+}
+
+void AggregateSet::plan_simple() {
     simple_.usable = true;
     bool field_seen = false;
     for (const AddOp& op : add_ops_) {

@@ -201,6 +201,8 @@ class AggregateSet {
     using SimpleAdd = void (*)(const SimplePlan&, double* values, const double* fields);
 
   private:
+    static AddKind add_kind(AggregateFn fn);
+    void plan_simple();  // fills simple_ and simple_add_ from add_ops_
     SimplePlan simple_;
     SimpleAdd simple_add_ = nullptr;  // set when simple_.usable
     std::vector<AggregateSpec> specs_;

@@ -15,6 +15,14 @@ void append_window(std::string& out, int64_t start_ms, int64_t end_ms) {
     out += '}';
 }
 
+// "node":...,"pipeline":..., which every record upstream begins with.
+void append_origin(std::string& out, std::string_view node_id, std::string_view pipeline) {
+    out += "\"node\":";
+    append_json_string(out, node_id);
+    out += ",\"pipeline\":";
+    append_json_string(out, pipeline);
+}
+
 }  // namespace
 
 void encode_result(std::string_view node_id, std::string_view pipeline,
@@ -26,10 +34,8 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
     out += "{\"id\":\"";
     for (int shift = 60; shift >= 0; shift -= 4)
         out += hex[(e.id >> shift) & 15];
-    out += "\",\"node\":";
-    append_json_string(out, node_id);
-    out += ",\"pipeline\":";
-    append_json_string(out, pipeline);
+    out += "\",";
+    append_origin(out, node_id, pipeline);
     out += ",\"key\":";
     append_json_string(out, e.key);
     out += ',';
@@ -59,10 +65,8 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
 void encode_side_output(std::string_view node_id, std::string_view pipeline,
                         const core::SideOutput& side, std::string& out) {
     out.clear();
-    out += "{\"node\":";
-    append_json_string(out, node_id);
-    out += ",\"pipeline\":";
-    append_json_string(out, pipeline);
+    out += '{';
+    append_origin(out, node_id, pipeline);
     out += ",\"reason\":";
     append_json_string(out, side.reason);
     out += ",\"key\":";

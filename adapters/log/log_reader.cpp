@@ -207,7 +207,6 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         if (!opened) return std::unexpected(opened.error());
         if (!*opened) return false;
     }
-    const bool bounded = end_offset_max != UINT64_MAX;
     bool read_to_end = false;  // the last fill() found no more bytes than were buffered
     bool rechecked = false;    // re-read once after seeing a successor segment (see below)
     while (true) {
@@ -244,57 +243,58 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
             read_to_end = *got <= buffered;
             continue;
         }
-        // The end of this file. The writer syncs and finishes a segment before it creates the
-        // next, so once a successor exists this file is final; re-read once, since it may have
-        // grown between our read and that check.
-        auto successor = next_segment_exists();
-        if (!successor) return std::unexpected(successor.error());
-        if (!*successor) {
-            if (bounded && position_ + need <= end_offset_max) {
-                return std::unexpected(ends_below(end_offset_max));
-            }
-            if (end_ == begin_) {
-                // A retention sweep may have removed this file and its successors: then no
-                // successor shows up, ever. Say so instead of tailing forever.
-                if (::access(segment_path_.c_str(), F_OK) != 0 && errno == ENOENT) {
-                    return fail("log segment " + segment_path_ +
-                                " was removed by retention while the reader was at offset " +
-                                std::to_string(position_) + "; the reader fell behind");
-                }
-                return false;
-            }
-            // A partial frame at the end of the newest segment: a write in progress or a torn
-            // tail, unless a valid frame follows it (then its length field is damaged).
-            auto skipped = skip_damage(end_offset_max);
-            if (!skipped) return std::unexpected(skipped.error());
-            if (!*skipped) return false;
-            read_to_end = rechecked = false;
-            continue;
-        }
-        if (!rechecked) {
-            rechecked = true;
-            read_to_end = false;
-            continue;
-        }
-        if (end_ != begin_) {
-            auto skipped = skip_damage(end_offset_max);
-            if (!skipped) return std::unexpected(skipped.error());
-            if (!*skipped) return false;
-            read_to_end = rechecked = false;
-            continue;
-        }
-        uint64_t next_first = position_;
-        auto opened = open_segment(next_first);
-        if (!opened) return std::unexpected(opened.error());
-        if (!*opened) {
-            return fail("the log in " + dir_ + " has no segment at offset " +
-                        std::to_string(next_first) +
-                        " although later segments exist (a gap: "
-                        "segments were removed by retention or by hand)");
-        }
-        begin_ = end_ = 0;
-        read_to_end = rechecked = false;
+        auto step = at_file_end(need, end_offset_max, rechecked);
+        if (!step) return std::unexpected(step.error());
+        if (*step == AtEnd::stop) return false;
+        rechecked = *step == AtEnd::read_again;
+        read_to_end = false;
     }
+}
+
+// The end of this file. The writer syncs and finishes a segment before it creates the next, so
+// once a successor exists this file is final; it is read once more, since it may have grown
+// between our read and that check.
+Result<LogReader::AtEnd> LogReader::at_file_end(uint64_t need, uint64_t end_offset_max,
+                                                bool rechecked) {
+    const bool bounded = end_offset_max != UINT64_MAX;
+    auto past_damage = [&]() -> Result<AtEnd> {
+        auto skipped = skip_damage(end_offset_max);
+        if (!skipped) return std::unexpected(skipped.error());
+        return *skipped ? AtEnd::go_on : AtEnd::stop;
+    };
+    auto successor = next_segment_exists();
+    if (!successor) return std::unexpected(successor.error());
+    if (!*successor) {
+        if (bounded && position_ + need <= end_offset_max) {
+            return std::unexpected(ends_below(end_offset_max));
+        }
+        if (end_ == begin_) {
+            // A retention sweep may have removed this file and its successors: then no
+            // successor shows up, ever. Say so instead of tailing forever.
+            if (::access(segment_path_.c_str(), F_OK) != 0 && errno == ENOENT) {
+                return fail("log segment " + segment_path_ +
+                            " was removed by retention while the reader was at offset " +
+                            std::to_string(position_) + "; the reader fell behind");
+            }
+            return AtEnd::stop;
+        }
+        // A partial frame at the end of the newest segment: a write in progress or a torn
+        // tail, unless a valid frame follows it (then its length field is damaged).
+        return past_damage();
+    }
+    if (!rechecked) return AtEnd::read_again;
+    if (end_ != begin_) return past_damage();
+    uint64_t next_first = position_;
+    auto opened = open_segment(next_first);
+    if (!opened) return std::unexpected(opened.error());
+    if (!*opened) {
+        return fail("the log in " + dir_ + " has no segment at offset " +
+                    std::to_string(next_first) +
+                    " although later segments exist (a gap: "
+                    "segments were removed by retention or by hand)");
+    }
+    begin_ = end_ = 0;
+    return AtEnd::go_on;
 }
 
 }  // namespace tidemark::log

@@ -83,6 +83,11 @@ class LogReader {
     Result<bool> skip_damage(uint64_t end_offset_max);
     void count_damage(uint64_t from_pos, uint64_t to_pos, const char* what);
     Error ends_below(uint64_t end_offset_max) const;
+    /// What next() does when it has read all of its file and the frame at position_ is still
+    /// incomplete (`need` bytes): stop, read the file once more, or go on from a fresh state
+    /// (past damage, or in the next segment).
+    enum class AtEnd { stop, read_again, go_on };
+    Result<AtEnd> at_file_end(uint64_t need, uint64_t end_offset_max, bool rechecked);
 
     const std::string dir_;
     const ReaderOptions options_;

@@ -6,7 +6,6 @@
 #include <mqtt/connect_options.h>
 #include <mqtt/ssl_options.h>
 #include <algorithm>
-#include <charconv>
 #include <exception>
 
 #include "adapters/mqtt/paho_options.h"
@@ -19,45 +18,6 @@ constexpr int keep_alive_s_max = 65535;  // MQTT's keep-alive is a 16-bit field
 constexpr int max_inflight_max = 65535;  // MQTT packet ids are 16 bits
 constexpr int port_max = 65535;
 
-struct Address {
-    bool tls = false;
-    std::string host;
-    int port = 0;
-};
-
-// The one URI parser here (TODO(issue 15): goes with BrokerOptions::uri once config parses
-// it into a typed endpoint).
-Result<Address> parse_uri(const std::string& uri, const std::string& name) {
-    Address out;
-    std::string_view rest;
-    if (uri.starts_with("tcp://")) {
-        rest = std::string_view(uri).substr(6);
-    } else if (uri.starts_with("ssl://")) {
-        rest = std::string_view(uri).substr(6);
-        out.tls = true;
-    } else {
-        return fail(name + ".uri: '" + uri +
-                    "' must start with tcp:// or ssl:// (for example tcp://127.0.0.1:1883)");
-    }
-    const auto colon = rest.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) {
-        return fail(name + ".uri: '" + uri + "' needs a host and a port, as host:port");
-    }
-    const std::string_view port_text = rest.substr(colon + 1);
-    const auto [end, ec] =
-        std::from_chars(port_text.data(), port_text.data() + port_text.size(), out.port);
-    if (ec != std::errc{} || end != port_text.data() + port_text.size() || out.port < 1 ||
-        out.port > port_max) {
-        return fail(name + ".uri: '" + uri + "' has no valid port (1..65535)");
-    }
-    std::string_view host = rest.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-        host = host.substr(1, host.size() - 2);  // [::1]:1883
-    }
-    out.host = std::string(host);
-    return out;
-}
-
 Result<void> check_readable(const BrokerOptions& options, std::string_view key,
                             const std::string& path) {
     if (path.empty()) return {};
@@ -68,19 +28,13 @@ Result<void> check_readable(const BrokerOptions& options, std::string_view key,
     return {};
 }
 
-// Whether the address is usable, and whether it is TLS.
-Result<bool> check_address(const BrokerOptions& options) {
-    if (!options.uri.empty()) {
-        auto address = parse_uri(options.uri, options.config_name);
-        if (!address) return std::unexpected(address.error());
-        return address->tls;
-    }
+Result<void> check_address(const BrokerOptions& options) {
     if (options.host.empty()) return fail(options.config_name + ".host: must not be empty");
     if (options.port < 1 || options.port > port_max) {
         return fail(options.config_name + ".port: " + std::to_string(options.port) +
                     " is outside 1..65535");
     }
-    return options.tls;
+    return {};
 }
 
 }  // namespace
@@ -94,17 +48,6 @@ std::chrono::milliseconds reconnect_delay(int failed_attempts, std::chrono::mill
     return std::min(delay, max);
 }
 
-Result<void> take_uri(BrokerOptions& options) {
-    if (options.uri.empty()) return {};
-    auto address = parse_uri(options.uri, options.config_name);
-    if (!address) return std::unexpected(address.error());
-    options.tls = address->tls;
-    options.host = std::move(address->host);
-    options.port = address->port;
-    options.uri.clear();
-    return {};
-}
-
 std::string broker_address(const BrokerOptions& options) {
     const bool bracket = options.host.find(':') != std::string::npos;
     return std::string(options.tls ? "ssl://" : "tcp://") + (bracket ? "[" : "") + options.host +
@@ -112,14 +55,12 @@ std::string broker_address(const BrokerOptions& options) {
 }
 
 bool uses_tls(const BrokerOptions& options) {
-    if (!options.uri.empty()) return options.uri.starts_with("ssl://");
     return options.tls;
 }
 
 Result<void> validate(const BrokerOptions& options) {
     const std::string& name = options.config_name;
-    auto tls = check_address(options);
-    if (!tls) return std::unexpected(tls.error());
+    if (auto ok = check_address(options); !ok) return ok;
     if (options.client_id.empty()) {
         return fail(name + ".client_id: must not be empty: the broker keeps the persistent " +
                     "session under this id");
@@ -140,9 +81,8 @@ Result<void> validate(const BrokerOptions& options) {
     }
     const bool has_tls_files =
         !options.ca_file.empty() || !options.cert_file.empty() || !options.key_file.empty();
-    if (has_tls_files && !*tls) {
-        const std::string address = options.uri.empty() ? broker_address(options) : options.uri;
-        return fail(name + ".tls is set but " + name + ".uri '" + address +
+    if (has_tls_files && !options.tls) {
+        return fail(name + ".tls is set but " + name + ".uri '" + broker_address(options) +
                     "' uses tcp://: use ssl:// or remove the tls section");
     }
     if (options.cert_file.empty() != options.key_file.empty()) {
@@ -160,7 +100,6 @@ Result<void> validate(const BrokerOptions& options) {
 // broker's certificate and host name.
 
 void fill_paho_connect(const BrokerOptions& options, PahoConnect& out) {
-    TM_ASSERT(options.uri.empty());  // take_uri() ran
     out.connect.MQTTVersion = MQTTVERSION_3_1_1;
     // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
     // are away, and redelivers the ones we did not acknowledge.
@@ -185,7 +124,6 @@ void fill_paho_connect(const BrokerOptions& options, PahoConnect& out) {
 
 Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_options& out) {
     if (auto ok = validate(options); !ok) return ok;
-    TM_ASSERT(options.uri.empty());  // take_uri() ran
     try {
         out.set_mqtt_version(MQTTVERSION_3_1_1);
         // Persistent session, as fill_paho_connect(): the caller may turn it off.

@@ -13,14 +13,11 @@ namespace tidemark::mqtt {
 
 /// Where and how to connect. Filled from the config's `source` / `upstream` sections.
 struct BrokerOptions {
-    bool tls = false;  ///< true: TLS (what ssl:// says in a uri); false: plain TCP (tcp://)
-    std::string host;  ///< a host name or IP address; an IPv6 address without brackets
-    int port = 0;      ///< 1..65535
-    /// TODO(issue 15): remove once firmware fills tls/host/port from config's typed endpoint
-    /// and the tests do too. "tcp://host:port" or "ssl://host:port" ("[::1]" for IPv6): when
-    /// not empty it is the address, and take_uri() (called by every client's create()) parses
-    /// it into tls/host/port, the one URI parser in adapters/mqtt.
-    std::string uri;
+    /// The address, from the config's typed endpoint (config::parse_broker_uri, the one URI
+    /// parser). true: TLS (ssl:// in the uri); false: plain TCP (tcp://).
+    bool tls = false;
+    std::string host;       ///< a host name or IP address; an IPv6 address without brackets
+    int port = 0;           ///< 1..65535
     std::string client_id;  ///< fixed: the broker keeps the persistent session under this id
     std::string username;   ///< empty = no user name sent
     std::string password;   ///< the secret itself (read from password_file by the config loader)
@@ -43,20 +40,15 @@ std::chrono::milliseconds reconnect_delay(int failed_attempts,
                                           std::chrono::milliseconds min = reconnect_delay_min,
                                           std::chrono::milliseconds max = reconnect_delay_max);
 
-/// TODO(issue 15): remove with BrokerOptions::uri. Parses a non-empty `uri` into tls, host and
-/// port and clears it; on failure (the messages validate() gives) leaves `options` unchanged.
-/// An empty `uri` is left alone.
-Result<void> take_uri(BrokerOptions& options);
-
 /// The broker's address as Paho takes it and as messages name it: "tcp://host:port" or
-/// "ssl://host:port", an IPv6 host in brackets (the uri it was parsed from, for those).
+/// "ssl://host:port", an IPv6 host in brackets.
 std::string broker_address(const BrokerOptions& options);
 
 /// True when the connection is TLS.
 bool uses_tls(const BrokerOptions& options);
 
-/// Checks what a person wrote before any socket is opened: the address (uri scheme and port,
-/// or host and port), a non-empty client id, TLS files that exist and are readable and agree
+/// Checks what a person wrote before any socket is opened: the address (host and port; the
+/// config parsed the uri), a non-empty client id, TLS files that exist and are readable and agree
 /// with the transport, a password without a user name, bounds of keep-alive and in-flight.
 /// Names the setting.
 Result<void> validate(const BrokerOptions& options);

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <random>
 
-#include "adapters/mqtt/default_clock.h"
 #include "adapters/mqtt/forwarder_impl.h"
 
 namespace tidemark::mqtt {
@@ -33,7 +32,7 @@ int64_t reconnect_wait_ms(int failed_attempts, int64_t min_ms, int64_t max_ms, d
 
 Forwarder::Impl::Impl(ForwarderOptions options, std::vector<OutboxSource*> sources, int wake_fd)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : default_clock()),
+      clock_(*options_.clock),
       address_(broker_address(options_.broker)),
       wake_fd_(wake_fd),
       timers_(clock_, options_.ack_timeout_ms, options_.delete_interval_ms,
@@ -224,8 +223,8 @@ Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
 Result<std::unique_ptr<Forwarder>> Forwarder::create(ForwarderOptions options,
                                                      std::vector<OutboxSource*> sources) {
     BrokerOptions& broker = options.broker;
-    if (auto ok = take_uri(broker); !ok) return std::unexpected(ok.error());
     if (auto ok = validate(broker); !ok) return std::unexpected(ok.error());
+    if (options.clock == nullptr) return fail("forwarder: no clock given");
     if (options.qos != 0 && options.qos != 1) {
         return fail(broker.config_name + ".qos is " + std::to_string(options.qos) + ": use 0 or 1");
     }

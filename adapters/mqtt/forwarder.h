@@ -73,7 +73,7 @@ struct ForwarderOptions {
     int64_t reconnect_delay_max_ms = 1'500;
     /// Every time the forwarder reads: backoff, ack timeout, delete interval, polling, the stop
     /// deadline (steady_ms) and offline_since_ms (wall_ms). A test clock must be advanced for
-    /// those to pass. nullptr: default_clock() (TODO(issue 15): firmware passes its clock).
+    /// those to pass. Required (create() refuses nullptr): firmware passes its SystemClock.
     const core::Clock* clock = nullptr;
 };
 

@@ -8,7 +8,6 @@
 #include <random>
 #include <thread>
 
-#include "adapters/mqtt/default_clock.h"
 #include "adapters/mqtt/paho_options.h"
 
 namespace tidemark::mqtt {
@@ -36,7 +35,7 @@ class HealthPublisher::Impl {
     Impl(HealthOptions options, std::function<std::string()> snapshot,
          std::unique_ptr<::mqtt::async_client> client)
         : options_(std::move(options)),
-          clock_(options_.clock != nullptr ? *options_.clock : default_clock()),
+          clock_(*options_.clock),
           snapshot_(std::move(snapshot)),
           client_(std::move(client)) {
         client_->set_connection_lost_handler([this](const std::string&) {
@@ -248,8 +247,8 @@ class HealthPublisher::Impl {
 
 Result<std::unique_ptr<HealthPublisher>> HealthPublisher::create(
     HealthOptions options, std::function<std::string()> snapshot) {
-    if (auto ok = take_uri(options.broker); !ok) return std::unexpected(ok.error());
     if (auto ok = validate(options.broker); !ok) return std::unexpected(ok.error());
+    if (options.clock == nullptr) return fail("health: no clock given");
     if (options.topic.empty()) return fail("health.topic is empty");
     if (options.topic.find_first_of("+#") != std::string::npos) {
         return fail("health.topic '" + options.topic + "' contains a wildcard ('+' or '#')");

@@ -24,8 +24,8 @@ struct HealthOptions {
     std::string status_topic;
     int64_t interval_ms = 10'000;
     /// What the interval, the backoff and the deadlines are measured by (steady_ms). A test
-    /// clock must be advanced for them to pass. nullptr: default_clock() (TODO(issue 15):
-    /// firmware passes its clock).
+    /// clock must be advanced for them to pass. Required (create() refuses nullptr): firmware
+    /// passes its SystemClock.
     const core::Clock* clock = nullptr;
 };
 

@@ -380,7 +380,6 @@ Ingest::Ingest(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
                                                std::vector<std::string> topic_filters,
                                                Handler handler, IngestOptions ingest_options) {
-    if (auto ok = take_uri(options); !ok) return std::unexpected(ok.error());
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
     if (topic_filters.empty()) {
         return fail(options.config_name + ": no topic filter to subscribe to");

@@ -24,7 +24,7 @@ struct PahoConnect {
     PahoConnect& operator=(const PahoConnect&) = delete;
 };
 
-/// Fills Paho C connect options from validated `options` (take_uri() done): MQTT 3.1.1, clean
+/// Fills Paho C connect options from validated `options`: MQTT 3.1.1, clean
 /// session OFF (the broker keeps subscriptions and unacknowledged QoS1 messages while we are
 /// away), keep-alive, connect timeout, in-flight window, user name / password, TLS with server
 /// certificate and host name verification. Automatic reconnect is left OFF: each client runs

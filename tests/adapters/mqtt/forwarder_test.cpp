@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "adapters/codec/topic.h"
+#include "firmware/clock.h"
 #include "tests/support/broker.h"
+#include "tests/support/broker_options.h"
 #include "tests/support/manual_clock.h"
 
 using namespace std::chrono_literals;
@@ -101,8 +103,10 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
 
 ForwarderOptions options_for(const std::string& uri, const std::string& client_id,
                              int max_inflight = 20) {
+    static const tidemark::firmware::SystemClock host_clock;
     ForwarderOptions options;
-    options.broker.uri = uri;
+    options.clock = &host_clock;
+    tidemark::test::set_address(options.broker, uri);
     options.broker.client_id = client_id;
     options.broker.max_inflight = max_inflight;
     options.broker.keep_alive_s = 5;

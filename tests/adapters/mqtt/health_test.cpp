@@ -13,7 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "firmware/clock.h"
 #include "tests/support/broker.h"
+#include "tests/support/broker_options.h"
 
 using namespace std::chrono_literals;
 using tidemark::mqtt::HealthOptions;
@@ -30,8 +32,10 @@ constexpr const char* child_uri_env = "TIDEMARK_HEALTH_CHILD_URI";
 
 HealthOptions options_for(const std::string& uri, const std::string& client_id,
                           int64_t interval_ms) {
+    static const tidemark::firmware::SystemClock host_clock;
     HealthOptions options;
-    options.broker.uri = uri;
+    options.clock = &host_clock;
+    tidemark::test::set_address(options.broker, uri);
     options.broker.client_id = client_id;
     options.broker.keep_alive_s = 5;
     options.broker.connect_timeout_s = 2;

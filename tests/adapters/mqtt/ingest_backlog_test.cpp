@@ -15,6 +15,7 @@
 
 #include "adapters/mqtt/ingest.h"
 #include "tests/support/broker.h"
+#include "tests/support/broker_options.h"
 
 using namespace std::chrono_literals;
 using tidemark::mqtt::BrokerOptions;
@@ -119,7 +120,7 @@ TEST_CASE(
     std::uint64_t connection = 0;
     bool one_connection = true;
     BrokerOptions options;
-    options.uri = broker.uri();
+    tidemark::test::set_address(options, broker.uri());
     options.client_id = "ingest-suback";
     options.config_name = "source";
     // A new Ingest subscribes again (the filters may have changed); the broker answers after

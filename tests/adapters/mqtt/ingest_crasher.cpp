@@ -15,6 +15,7 @@
 
 #include "adapters/mqtt/ingest.h"
 #include "adapters/mqtt/redelivery_filter.h"
+#include "tests/support/broker_options.h"
 
 int main(int argc, char** argv) {
     if (argc != 6) {
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     long appended = 0;
     std::uint64_t connection_seen = 0;
     BrokerOptions options;
-    options.uri = argv[1];
+    tidemark::test::set_address(options, argv[1]);
     options.client_id = argv[2];
     auto ingest = Ingest::create(options, {argv[3]}, [&](const IncomingMessage& m) {
         if (m.connection != connection_seen) {

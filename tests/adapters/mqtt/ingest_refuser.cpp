@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "adapters/mqtt/ingest.h"
+#include "tests/support/broker_options.h"
 
 int main(int argc, char** argv) {
     if (argc != 4) {
@@ -12,7 +13,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     tidemark::mqtt::BrokerOptions options;
-    options.uri = argv[1];
+    tidemark::test::set_address(options, argv[1]);
     options.client_id = argv[2];
     bool announced = false;
     auto ingest = tidemark::mqtt::Ingest::create(

@@ -21,6 +21,7 @@
 
 #include "adapters/mqtt/redelivery_filter.h"
 #include "tests/support/broker.h"
+#include "tests/support/broker_options.h"
 
 using namespace std::chrono_literals;
 using tidemark::mqtt::BrokerOptions;
@@ -83,7 +84,7 @@ struct Collector {
 
 BrokerOptions options_for(const Broker& broker, std::string client_id) {
     BrokerOptions o;
-    o.uri = broker.uri();
+    tidemark::test::set_address(o, broker.uri());
     o.client_id = std::move(client_id);
     o.config_name = "source";
     return o;
@@ -517,14 +518,15 @@ TEST_CASE("broker restart: ingest reconnects, keeps receiving, and queued messag
 TEST_CASE("bad settings and refused connections are errors that say what to fix", "[ingest]") {
     Collector collector;
     BrokerOptions bad;
-    bad.uri = "http://127.0.0.1:1883";
+    bad.host = "127.0.0.1";
+    bad.port = 0;  // the scheme of a uri is the config's check (config_readers_test)
     bad.client_id = "x";
     bad.config_name = "source";
     auto created = Ingest::create(bad, {"t"}, collector.handler());
     REQUIRE_FALSE(created.has_value());
-    CHECK_THAT(created.error().message, Catch::Contains("source.uri") && Catch::Contains("tcp://"));
+    CHECK_THAT(created.error().message, Catch::Contains("source.port") && Catch::Contains("65535"));
 
-    bad.uri = "ssl://127.0.0.1:8883";
+    tidemark::test::set_address(bad, "ssl://127.0.0.1:8883");
     bad.ca_file = "/nonexistent/ca.pem";
     created = Ingest::create(bad, {"t"}, collector.handler());
     REQUIRE_FALSE(created.has_value());
@@ -597,7 +599,7 @@ TEST_CASE(
     Relay relay(broker.port());
     FilteredLog log;
     BrokerOptions through_relay = options_for(broker, "ingest-redelivery");
-    through_relay.uri = relay.uri();
+    tidemark::test::set_address(through_relay, relay.uri());
 
     // Readings without a time stamp: the same bytes recur every four messages.
     const std::string topic = "sensors/dev-1/telemetry";
