@@ -96,7 +96,7 @@ void read_identity(Checker& c, const Json& root, Config& config) {
 }
 
 void read_checkpoint(Checker& c, const Json& root, CheckpointConfig& checkpoint) {
-    Section s = c.section(root, "", "checkpoint", R"({"interval": "5s"})", {"interval"});
+    Section s = c.section(root, "", "checkpoint", R"({"interval": "60s"})", {"interval"});
     if (s) c.read_duration(*s, s.pointer, "interval", checkpoint.interval_ms, true);
 }
 

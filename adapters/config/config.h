@@ -83,7 +83,7 @@ struct StorageConfig {
 };
 
 struct CheckpointConfig {
-    int64_t interval_ms = 5000;
+    int64_t interval_ms = 60'000;
 };
 
 /// When the gateway's clock is trusted for clamping and idle advance (DESIGN.md section 3).
