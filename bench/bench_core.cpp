@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,61 @@ Run run_once(core::WindowType type, const PreDecoded& s) {
     return {double(s.event_ms.size()) / seconds, sink.emitted, bytes_per_window};
 }
 
+// The process's anonymous resident memory (RssAnon in /proc/self/status), in bytes.
+uint64_t rss_anon_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.starts_with("RssAnon:"))
+            return std::strtoull(line.c_str() + 8, nullptr, 10) * 1024;
+    }
+    return 0;
+}
+
+// core.rss_bytes_per_window: the process's RSS growth per open window, 100k keys x 10 open
+// tumbling windows each (count + mean + max), none fired (the watermark delay is longer than
+// the stream), beside the engine's own count of its state bytes for the same windows.
+struct Footprint {
+    double rss_bytes_per_window;
+    double state_bytes_per_window;
+    uint64_t open_windows;
+};
+
+Footprint measure_footprint() {
+    const uint32_t keys = 100'000;
+    const int windows = 10;
+    core::PipelineSpec spec = spec_for(core::WindowType::tumbling);
+    spec.watermark.delay_ms = 24 * 3'600'000LL;  // nothing fires
+    spec.limits.open_windows_max = 2 * uint64_t(keys) * windows;
+    std::vector<std::string> names;
+    names.reserve(keys);
+    for (uint32_t k = 0; k < keys; ++k)
+        names.push_back("device-" + std::to_string(k));
+    auto engine = core::Engine::create("bench", {spec});
+    if (!engine) std::exit(1);
+    Sink sink;
+    double field[1] = {21.5};
+    core::Event ev;
+    ev.fields = std::span<const double>(field, 1);
+    const int64_t start = 1'764'400'020'000;
+    const uint64_t before = rss_anon_bytes();
+    uint64_t order = 0;
+    for (int w = 0; w < windows; ++w) {
+        for (uint32_t k = 0; k < keys; ++k) {
+            ev.key = names[k];
+            ev.partition = ev.key;
+            ev.event_ms = start + int64_t(w) * 60'000;
+            ev.ingest_ms = ev.event_ms;
+            ev.order = order++;
+            (*engine)->process(0, ev, sink);
+        }
+    }
+    const uint64_t after = rss_anon_bytes();
+    const auto& st = (*engine)->stats(0);
+    const double open = double(st.open_windows);
+    return {double(after - before) / open, double(st.state_bytes) / open, st.open_windows};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,5 +210,12 @@ int main(int argc, char** argv) {
     std::printf("core.session_events_per_s: %.0f events/s\n", median[2]);
     std::printf("core.hopping_vs_tumbling: %.2f ratio\n", median[1] / median[0]);
     std::printf("core.state_bytes_per_window: %.0f bytes\n", bytes_per_window);
+    if (only.empty() || only == "footprint") {
+        const Footprint f = measure_footprint();
+        std::printf(
+            "# footprint: %llu open windows (100k keys x 10), engine counts %.0f bytes each\n",
+            static_cast<unsigned long long>(f.open_windows), f.state_bytes_per_window);
+        std::printf("core.rss_bytes_per_window: %.0f bytes\n", f.rss_bytes_per_window);
+    }
     return 0;
 }
