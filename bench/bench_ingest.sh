@@ -8,8 +8,9 @@
 # tidemark's rate comes from its health snapshots (every 100 ms: ingest.messages and time_ms,
 # two snapshots strictly inside the run); its CPU from /proc/PID/stat (utime+stime) from just
 # before the publisher starts to the snapshot that shows the last message; RssAnon from
-# /proc/PID/status at the end. Figures are medians over the runs, printed last as
-# `name: value unit`.
+# /proc/PID/status at the end, and once connected before the first message (idle). Then one more
+# tidemark run with 10,000 devices (keys) for its RssAnon with 10k keys live. Figures are
+# medians over the runs, printed last as `name: value unit`.
 # Environment: BENCH_INGEST_COUNT (messages per run, 40000), BENCH_INGEST_RUNS (3),
 # BENCH_INGEST_PUBLISHERS (publisher processes, 1), BENCH_INGEST_WINDOW (in-flight window per
 # publisher, 1000), BENCH_INGEST_KEEP=1 keeps the work directory.
@@ -21,6 +22,7 @@ count=${BENCH_INGEST_COUNT:-40000}
 runs=${BENCH_INGEST_RUNS:-3}
 publishers=${BENCH_INGEST_PUBLISHERS:-1}
 window=${BENCH_INGEST_WINDOW:-1000}
+devices=10
 broker_inflight=100
 
 tidemark=$build/firmware/tidemark
@@ -78,7 +80,7 @@ publish() {
   for i in $(seq 1 "$publishers"); do
     n=$each
     [ "$i" -eq 1 ] && n=$((each + rest))
-    "$publisher" --uri "$uri" --devices 10 --count "$n" --qos 1 --max-inflight "$window" \
+    "$publisher" --uri "$uri" --devices "$devices" --count "$n" --qos 1 --max-inflight "$window" \
       >"$work/pub-$tag-$i.txt" 2>&1 &
     ps+=($!)
   done
@@ -148,6 +150,7 @@ EOF
   done
   [ "$ready" = 1 ] || { echo "bench_ingest: tidemark did not connect:" >&2; cat "$dir/tidemark.log" >&2; exit 1; }
   local cpu0 done_at=0 last
+  tm_idle_rss+=("$(awk '/^RssAnon:/ {print $2}' "/proc/$tm/status")")
   cpu0=$(cpu_ticks "$tm")
   publish "tm-$r"
   local published_at
@@ -180,7 +183,7 @@ EOF
   tm_lag+=("$((done_at - published_at))")
 }
 
-bare_rate=() bare_cpu=() bare_rss=() tm_rate=() tm_cpu=() tm_rss=() tm_lag=()
+bare_rate=() bare_cpu=() bare_rss=() tm_rate=() tm_cpu=() tm_rss=() tm_lag=() tm_idle_rss=()
 echo "ingest: $count messages per run, $runs runs, $publishers publisher(s) with a window of $window, mosquitto max_inflight_messages $broker_inflight"
 for r in $(seq 1 "$runs"); do
   run_bare "$r"
@@ -189,6 +192,14 @@ for r in $(seq 1 "$runs"); do
     "$r" "${bare_rate[-1]}" "${bare_cpu[-1]}" "${tm_rate[-1]}" "${tm_cpu[-1]}" "${tm_rss[-1]}" "${tm_lag[-1]}"
   grep -h publish_rate "$work"/pub-tm-"$r"-*.txt | sed 's/^/  publisher /'
 done
+
+idle_rss=$(median "${tm_idle_rss[@]}")
+# 10k keys live: the same stream spread over 10,000 devices, one run.
+devices=10000
+run_tidemark keys
+keys_rss=${tm_rss[-1]}
+unset 'tm_rate[-1]' 'tm_cpu[-1]' 'tm_rss[-1]' 'tm_lag[-1]'
+echo "10k keys: RssAnon ${keys_rss} KiB at the end of the run"
 
 b_rate=$(median "${bare_rate[@]}")
 t_rate=$(median "${tm_rate[@]}")
@@ -202,3 +213,5 @@ printf 'ingest.bare_cpu_us_per_msg: %.2f us\n' "$b_cpu"
 printf 'ingest.tidemark_cpu_us_per_msg: %.2f us\n' "$t_cpu"
 awk -v a="$b_cpu" -v b="$t_cpu" 'BEGIN {printf "ingest.cpu_ratio: %.3f ratio\n", (a > 0) ? b / a : 0}'
 printf 'ingest.rss_anon_kib: %d KiB\n' "$t_rss"
+printf 'ingest.rss_anon_kib_idle: %d KiB\n' "$idle_rss"
+printf 'ingest.rss_anon_kib_10k_keys: %d KiB\n' "$keys_rss"
