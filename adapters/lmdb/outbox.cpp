@@ -200,6 +200,32 @@ StoreResult<void> enforce_bound(AppendBatch& b) {
 
 }  // namespace
 
+namespace detail {
+
+// LMDB hands the pages a commit frees back only two commits later (the snapshot before it must
+// stay whole until the next meta page is durable). In a map used up to its reserve, the pages a
+// delete frees (the forwarder draining a full outbox) would wait for a commit that no refused
+// append ever makes (a refused write commits nothing): appends, side output and checkpoints
+// would stay refused with the outbox empty until some other write commits. So after a delete in
+// such a map, one small commit (meta_key put back as it is) lets the next write have them; in a map
+// with room, nothing (no extra fsync per delete). A failure here is left to the next delete. Used
+// by side.cpp too.
+void release_freed_pages(Store::Impl& impl, std::string_view meta_key) {
+    MDB_envinfo info;
+    if (mdb_env_info(impl.env, &info) != 0) return;
+    if (info.me_last_pgno + 1 + 2 * impl.reserve_pages < impl.map_pages) return;
+    const std::string_view what = "committing to reuse freed pages";
+    (void)impl.write<void>(what, [&](MDB_txn* txn) -> StoreResult<void> {
+        auto v = impl.get(txn, impl.meta, meta_key, what);
+        if (!v) return std::unexpected(v.error());
+        if (!*v) return {};
+        const std::string same(**v);
+        return impl.put(txn, impl.meta, meta_key, same, 0, what);
+    });
+}
+
+}  // namespace detail
+
 StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) {
     TM_WRITABLE();
     // Which rows may be compacted is decided against the claim under claim_mutex_, held until
@@ -274,6 +300,7 @@ StoreResult<void> Store::outbox_delete(std::span<const uint64_t> seqs) {
     size_t deleted = 0;
     auto r = delete_halving_on_map_full(seqs, delete_txn, deleted);
     if (!r) return std::unexpected(partly_done(std::move(r.error()), deleted, seqs.size()));
+    release_freed_pages(*impl_, meta_outbox_seq_next);
     crash_point(CrashPoint::after_outbox_delete);
     return r;
 }

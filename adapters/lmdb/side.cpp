@@ -193,6 +193,8 @@ StoreResult<void> Store::side_delete(std::span<const uint64_t> seqs) {
     size_t deleted = 0;
     auto r = delete_halving_on_map_full(seqs, delete_txn, deleted);
     if (!r) return std::unexpected(partly_done(std::move(r.error()), deleted, seqs.size()));
+    // See outbox.cpp: the freed pages wait for one more commit in a map used up to its reserve.
+    release_freed_pages(*impl_, meta_side_seq_next);
     return r;
 }
 

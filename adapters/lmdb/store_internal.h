@@ -205,6 +205,11 @@ StoreError partly_done(StoreError e, size_t done, size_t total);
 
 StoreError read_only_error(const std::string& dir);
 
+// After a delete in a map used up to its reserve, one small commit that rewrites `meta_key`
+// with its own value, so that the pages the delete freed reach the next write (outbox.cpp says
+// why). Nothing in a map with room.
+void release_freed_pages(Store::Impl& impl, std::string_view meta_key);
+
 }  // namespace detail
 
 // Opens every writing method: a read-only store refuses the write, and the thread holding a

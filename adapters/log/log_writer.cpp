@@ -473,8 +473,11 @@ Result<void> LogWriter::sync() {
 }
 
 Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, int64_t now_ms) {
+    // One retention at a time: a failed unlink puts its segments back at the front (below),
+    // which is only right if no other call removed segments after them meanwhile.
+    std::lock_guard retention_lock(retention_mutex_);
     RetentionResult result;
-    std::vector<std::string> doomed;
+    std::vector<Segment> doomed;
     {
         std::lock_guard lock(mutex_);
         uint64_t total = total_bytes();
@@ -488,24 +491,37 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
                             oldest.max_ingest_ms < now_ms - age_max;
             if (!over_bytes && !over_age) break;
             total -= oldest.bytes;
-            result.bytes_removed += oldest.bytes;
-            ++result.segments_removed;
-            doomed.push_back(segment_path(options_.dir, oldest.first_offset));
+            doomed.push_back(oldest);
             segments_.pop_front();
         }
-        counters_.segments_removed += result.segments_removed;
-        counters_.bytes_removed += result.bytes_removed;
         publish_extent();
-        result.first_offset = segments_.front().first_offset;
     }
     // Unlinked outside the lock: appends need not wait for the filesystem. Readers holding a
-    // removed file open keep reading it; the space returns when they close it.
-    for (const std::string& path : doomed) {
+    // removed file open keep reading it; the space returns when they close it. Oldest first,
+    // stopping at the first failure, so that what stays is contiguous.
+    size_t removed = 0;
+    std::optional<std::string> failure;
+    for (; removed < doomed.size(); ++removed) {
+        const std::string path = segment_path(options_.dir, doomed[removed].first_offset);
         if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-            return fail("cannot remove log segment " + path +
-                        " for retention: " + errno_text(errno));
+            const int err = errno;
+            failure = "cannot remove log segment " + path + " for retention: " + errno_text(err);
+            break;
         }
+        ++result.segments_removed;
+        result.bytes_removed += doomed[removed].bytes;
     }
+    std::lock_guard lock(mutex_);
+    // A segment that could not be removed is still on disk, and so is everything after it: it
+    // stays in the log (counted, readable, and tried again by the next retention) rather than
+    // leak, unseen, the space retention is there to free.
+    for (size_t i = doomed.size(); i > removed; --i)
+        segments_.push_front(doomed[i - 1]);
+    counters_.segments_removed += result.segments_removed;
+    counters_.bytes_removed += result.bytes_removed;
+    publish_extent();
+    result.first_offset = segments_.front().first_offset;
+    if (failure) return fail(*failure);
     return result;
 }
 

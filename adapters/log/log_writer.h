@@ -120,7 +120,9 @@ class LogWriter {
     /// keep_from_offset (the last checkpoint's offset: replay must still find it), (b) it is not
     /// the active segment, and (c) the log is over retention_bytes_max or the segment's newest
     /// record is older than now_ms - retention_age_ms_max. Stops at the first segment that may
-    /// not go, so the retained log stays contiguous.
+    /// not go, so the retained log stays contiguous. A segment whose unlink fails ends the call
+    /// with an error naming it; it and the ones after it stay in the log (counted, readable) and
+    /// the next call tries them again.
     Result<RetentionResult> apply_retention(uint64_t keep_from_offset, int64_t now_ms);
 
     uint64_t end_offset() const { return end_offset_.load(std::memory_order_acquire); }
@@ -163,6 +165,7 @@ class LogWriter {
     const LogOptions options_;
     int dir_fd_ = -1;
 
+    std::mutex retention_mutex_;  // held through apply_retention, taken before mutex_
     mutable std::mutex mutex_;
     std::deque<Segment> segments_;  // oldest first; back() is the active segment
     int active_fd_ = -1;
