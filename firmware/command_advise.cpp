@@ -112,6 +112,81 @@ struct LagAdvisor::Impl {
         return out;
     }
 
+    // The partitions with the largest p99 lag, at most partitions_listed_max.
+    std::vector<PartitionLag> partitions_worst() const {
+        std::vector<PartitionLag> parts;
+        parts.reserve(partitions.size());
+        for (const auto& [name, p] : partitions)
+            parts.push_back(
+                {name, p.events, p.lag.quantile(0.5), p.lag.quantile(0.99), p.disorder_max_ms});
+        const size_t listed = std::min(parts.size(), limits.partitions_listed_max);
+        std::partial_sort(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(listed),
+                          parts.end(), [](const PartitionLag& a, const PartitionLag& b) {
+                              if (a.p99_ms != b.p99_ms) return a.p99_ms > b.p99_ms;
+                              return a.partition < b.partition;
+                          });
+        parts.resize(listed);
+        return parts;
+    }
+
+    std::vector<LagBucket> histogram() const {
+        std::vector<LagBucket> out;
+        for (size_t i = 0; i < bucket_count; ++i) {
+            LagBucket b;
+            b.lower_ms =
+                i == 0 ? std::min<int64_t>(lag_min_ms, 0) : (i == 1 ? 0 : bucket_edges_ms[i - 2]);
+            b.upper_ms =
+                i == 0 ? 0
+                       : (i - 1 < std::size(bucket_edges_ms) ? bucket_edges_ms[i - 1] : INT64_MAX);
+            b.count = buckets[i];
+            out.push_back(b);
+        }
+        return out;
+    }
+
+    DelayCandidate candidate(int64_t delay_ms, std::string origin, uint64_t late) const {
+        DelayCandidate c;
+        c.delay_ms = delay_ms;
+        c.origin = std::move(origin);
+        c.late_events = late;
+        c.on_time_percent = percent(events_tracked - late, events_tracked);
+        c.added_latency_ms = delay_ms;
+        core::PipelineSpec with_delay = spec;
+        with_delay.watermark.delay_ms = delay_ms;
+        c.windows_per_key = core::windows_per_key_estimate(with_delay);
+        return c;
+    }
+
+    // The fixed delays and the lag quantiles as delays, sorted by delay.
+    std::vector<DelayCandidate> candidates() const {
+        std::vector<DelayCandidate> out;
+        for (size_t i = 0; i < std::size(fixed_delays_ms); ++i)
+            out.push_back(candidate(fixed_delays_ms[i], "", fixed_late[i]));
+        const std::vector<int64_t> qdelays = second_pass ? second_delays_ms : quantile_delays();
+        std::vector<int64_t> sorted = disorders;
+        std::sort(sorted.begin(), sorted.end());
+        for (size_t i = 0; i < qdelays.size(); ++i) {
+            uint64_t late = 0;
+            if (second_pass)
+                late = second_late[i];
+            else
+                late = static_cast<uint64_t>(
+                    sorted.end() - std::upper_bound(sorted.begin(), sorted.end(), qdelays[i]));
+            std::string origin;
+            for (double q : quantiles_reported)
+                if (lag_quantile(q) >= 0 &&
+                    static_cast<int64_t>(std::ceil(lag_quantile(q))) == qdelays[i]) {
+                    origin = quantile_name(q) + " lag";
+                    break;
+                }
+            out.push_back(candidate(qdelays[i], origin, late));
+        }
+        std::sort(out.begin(), out.end(), [](const DelayCandidate& a, const DelayCandidate& b) {
+            return a.delay_ms < b.delay_ms;
+        });
+        return out;
+    }
+
     // Returns the event's disorder, or -1 for an event of a partition that is not tracked.
     static int64_t disorder_of(int64_t& newest_ms, bool first, int64_t event_ms) {
         if (first || event_ms >= newest_ms) {
@@ -210,66 +285,9 @@ AdviseReport LagAdvisor::report() const {
     for (double q : quantiles_reported)
         r.quantiles.push_back({q, m.lag_quantile(q)});
 
-    std::vector<PartitionLag> parts;
-    parts.reserve(m.partitions.size());
-    for (const auto& [name, p] : m.partitions)
-        parts.push_back(
-            {name, p.events, p.lag.quantile(0.5), p.lag.quantile(0.99), p.disorder_max_ms});
-    const size_t listed = std::min(parts.size(), m.limits.partitions_listed_max);
-    std::partial_sort(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(listed),
-                      parts.end(), [](const PartitionLag& a, const PartitionLag& b) {
-                          if (a.p99_ms != b.p99_ms) return a.p99_ms > b.p99_ms;
-                          return a.partition < b.partition;
-                      });
-    parts.resize(listed);
-    r.partitions_worst = std::move(parts);
-
-    for (size_t i = 0; i < bucket_count; ++i) {
-        LagBucket b;
-        b.lower_ms =
-            i == 0 ? std::min<int64_t>(m.lag_min_ms, 0) : (i == 1 ? 0 : bucket_edges_ms[i - 2]);
-        b.upper_ms =
-            i == 0 ? 0 : (i - 1 < std::size(bucket_edges_ms) ? bucket_edges_ms[i - 1] : INT64_MAX);
-        b.count = m.buckets[i];
-        r.histogram.push_back(b);
-    }
-
-    auto candidate = [&](int64_t delay_ms, std::string origin, uint64_t late) {
-        DelayCandidate c;
-        c.delay_ms = delay_ms;
-        c.origin = std::move(origin);
-        c.late_events = late;
-        c.on_time_percent = percent(m.events_tracked - late, m.events_tracked);
-        c.added_latency_ms = delay_ms;
-        core::PipelineSpec spec = m.spec;
-        spec.watermark.delay_ms = delay_ms;
-        c.windows_per_key = core::windows_per_key_estimate(spec);
-        r.candidates.push_back(std::move(c));
-    };
-    for (size_t i = 0; i < std::size(fixed_delays_ms); ++i)
-        candidate(fixed_delays_ms[i], "", m.fixed_late[i]);
-    const std::vector<int64_t> qdelays = m.second_pass ? m.second_delays_ms : m.quantile_delays();
-    std::vector<int64_t> sorted = m.disorders;
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t i = 0; i < qdelays.size(); ++i) {
-        uint64_t late = 0;
-        if (m.second_pass)
-            late = m.second_late[i];
-        else
-            late = static_cast<uint64_t>(
-                sorted.end() - std::upper_bound(sorted.begin(), sorted.end(), qdelays[i]));
-        std::string origin;
-        for (double q : quantiles_reported)
-            if (m.lag_quantile(q) >= 0 &&
-                static_cast<int64_t>(std::ceil(m.lag_quantile(q))) == qdelays[i]) {
-                origin = quantile_name(q) + " lag";
-                break;
-            }
-        candidate(qdelays[i], origin, late);
-    }
-    std::sort(
-        r.candidates.begin(), r.candidates.end(),
-        [](const DelayCandidate& a, const DelayCandidate& b) { return a.delay_ms < b.delay_ms; });
+    r.partitions_worst = m.partitions_worst();
+    r.histogram = m.histogram();
+    r.candidates = m.candidates();
     // On time means not late: compare counts, not rounded percentages.
     const double late_allowed =
         (100.0 - m.target_percent) / 100.0 * static_cast<double>(m.events_tracked);
@@ -355,17 +373,10 @@ std::string human_ms(double ms) {
 
 }  // namespace
 
-std::string format_advise_report(const AdviseReport& r, int bar_columns) {
-    std::ostringstream out;
-    char line[256];
-    out << "pipeline " << r.pipeline << ": " << r.events << " events from " << r.records
-        << " log records (" << r.malformed << " malformed), " << r.partitions << " partitions\n";
-    if (r.events_untracked)
-        out << "  " << r.events_untracked
-            << " events in partitions past the advisor's bound are left out of the on-time "
-               "shares\n";
-    if (r.events == 0) return out.str();
+namespace {
 
+void format_quantiles(const AdviseReport& r, std::ostream& out) {
+    char line[256];
     out << "\nlag = ingest_ms - event_ms (quantiles within " << r.relative_error * 100
         << " % relative error):\n";
     for (const LagQuantile& q : r.quantiles) {
@@ -377,21 +388,26 @@ std::string format_advise_report(const AdviseReport& r, int bar_columns) {
                   static_cast<long long>(r.lag_min_ms), "max",
                   static_cast<long long>(r.lag_max_ms));
     out << line;
+}
 
-    if (!r.partitions_worst.empty()) {
-        out << "\npartitions with the largest p99 lag:\n";
-        std::snprintf(line, sizeof line, "  %-24s %10s %12s %12s %14s\n", "partition", "events",
-                      "p50 lag", "p99 lag", "max disorder");
+void format_partitions(const AdviseReport& r, std::ostream& out) {
+    if (r.partitions_worst.empty()) return;
+    char line[256];
+    out << "\npartitions with the largest p99 lag:\n";
+    std::snprintf(line, sizeof line, "  %-24s %10s %12s %12s %14s\n", "partition", "events",
+                  "p50 lag", "p99 lag", "max disorder");
+    out << line;
+    for (const PartitionLag& p : r.partitions_worst) {
+        std::snprintf(line, sizeof line, "  %-24.24s %10llu %12s %12s %14s\n", p.partition.c_str(),
+                      static_cast<unsigned long long>(p.events), human_ms(p.p50_ms).c_str(),
+                      human_ms(p.p99_ms).c_str(),
+                      human_ms(static_cast<double>(p.disorder_max_ms)).c_str());
         out << line;
-        for (const PartitionLag& p : r.partitions_worst) {
-            std::snprintf(line, sizeof line, "  %-24.24s %10llu %12s %12s %14s\n",
-                          p.partition.c_str(), static_cast<unsigned long long>(p.events),
-                          human_ms(p.p50_ms).c_str(), human_ms(p.p99_ms).c_str(),
-                          human_ms(static_cast<double>(p.disorder_max_ms)).c_str());
-            out << line;
-        }
     }
+}
 
+void format_histogram(const AdviseReport& r, int bar_columns, std::ostream& out) {
+    char line[256];
     out << "\nlag distribution (log-scale buckets):\n";
     size_t lo = r.histogram.size(), hi = 0;
     uint64_t peak = 0;
@@ -421,7 +437,10 @@ std::string format_advise_report(const AdviseReport& r, int bar_columns) {
                       static_cast<unsigned long long>(b.count), percent(b.count, r.events));
         out << line;
     }
+}
 
+void format_candidates(const AdviseReport& r, std::ostream& out) {
+    char line[256];
     out << "\ncandidate delays (an event is late when its partition has already seen an event "
            "more\n"
            "than the delay newer: the watermark is the newest event time minus the delay):\n";
@@ -454,6 +473,23 @@ std::string format_advise_report(const AdviseReport& r, int bar_columns) {
             r.target_percent);
         out << line;
     }
+}
+
+}  // namespace
+
+std::string format_advise_report(const AdviseReport& r, int bar_columns) {
+    std::ostringstream out;
+    out << "pipeline " << r.pipeline << ": " << r.events << " events from " << r.records
+        << " log records (" << r.malformed << " malformed), " << r.partitions << " partitions\n";
+    if (r.events_untracked)
+        out << "  " << r.events_untracked
+            << " events in partitions past the advisor's bound are left out of the on-time "
+               "shares\n";
+    if (r.events == 0) return out.str();
+    format_quantiles(r, out);
+    format_partitions(r, out);
+    format_histogram(r, bar_columns, out);
+    format_candidates(r, out);
     return out.str();
 }
 

@@ -2,7 +2,6 @@
 // beside the running service. Figures are gathered into one JSON object; the text form is
 // rendered from it, so that both say the same.
 #include <sys/stat.h>
-#include <ctime>
 #include <deque>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,6 +16,7 @@
 #include "firmware/dir_lock.h"
 #include "firmware/health_report.h"
 #include "firmware/processor.h"
+#include "firmware/time_text.h"
 
 namespace tidemark::firmware {
 
@@ -32,17 +32,6 @@ constexpr size_t side_rows_shown_max = 5;
 constexpr size_t side_page_rows = 1024;
 // The side output is bounded by side_bytes_max; this bounds the walk to its newest rows as well.
 constexpr uint64_t side_rows_scanned_max = 1'000'000;
-
-std::string utc_text(int64_t ms) {
-    const std::time_t s = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    gmtime_r(&s, &tm);
-    char buf[40];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    char out[48];
-    std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(((ms % 1000) + 1000) % 1000));
-    return out;
-}
 
 bool is_directory(const std::string& path) {
     struct stat st {};
@@ -125,7 +114,7 @@ json inspect_log(const std::string& dir, std::optional<uint64_t> checkpoint_offs
 json pipeline_stats(const std::string& name, const core::PipelineStats& s,
                     const DecodeCounters& d) {
     json j{{"name", name}};
-    j.update(json(pipeline_report(s, d)));
+    j.update(json::parse(pipeline_report_json(s, d)));
     j["ingest_ms"] = s.ingest_ms;
     return j;
 }
@@ -167,7 +156,7 @@ json inspect_outbox(lmdb::Store& store, int64_t now_ms) {
         j["error"] = stats.error().message;
         return j;
     }
-    j = json(outbox_report(*stats, now_ms));
+    j = json::parse(outbox_report_json(*stats, now_ms));
     j["seq_next"] = stats->seq_next;
     json rows = json::array();
     if (stats->rows) {
@@ -196,13 +185,15 @@ json inspect_side(lmdb::Store& store) {
         j["error"] = stats.error().message;
         return j;
     }
-    j = json(side_report(*stats));
+    j = json::parse(side_report_json(*stats));
     std::deque<lmdb::SideRow> latest;
     uint64_t from = 0, scanned = 0;
+    bool walked = false;  // to the end, or to an error
     while (scanned < side_rows_scanned_max) {
         auto page = store.side_peek(from, side_page_rows);
         if (!page) {
             j["error"] = page.error().message;
+            walked = true;
             break;
         }
         for (auto& r : *page) {
@@ -210,9 +201,12 @@ json inspect_side(lmdb::Store& store) {
             if (latest.size() > side_rows_shown_max) latest.pop_front();
         }
         scanned += page->size();
-        if (page->size() < side_page_rows) break;
+        walked = page->size() < side_page_rows;
+        if (walked) break;
         from = page->back().seq + 1;
     }
+    // The bound was hit: the rows shown are not the newest, and the output says so.
+    if (!walked) j["latest_scan_stopped_rows"] = scanned;
     json rows = json::array();
     for (const lmdb::SideRow& r : latest) {
         json row{{"seq", r.seq}};
@@ -239,9 +233,7 @@ std::string age_text(int64_t ms) {
     return core::format_duration(ms / 1000 * 1000) + " ago";
 }
 
-void print_text(const json& j, std::ostream& out) {
-    out << "data_dir " << j["data_dir"].get<std::string>() << "\n";
-    const json& l = j["log"];
+void print_log(const json& l, std::ostream& out) {
     out << "\nlog (" << l["dir"].get<std::string>() << "):\n";
     if (!l["present"].get<bool>())
         out << "  no log directory\n";
@@ -263,8 +255,9 @@ void print_text(const json& j, std::ostream& out) {
         }
     }
     if (l.contains("error")) out << "  error: " << l["error"].get<std::string>() << "\n";
+}
 
-    const json& s = j["store"];
+void print_store(const json& s, std::ostream& out) {
     out << "\nstate (" << s["dir"].get<std::string>() << "):\n";
     if (s.contains("error")) out << "  " << s["error"].get<std::string>() << "\n";
     if (s.contains("checkpoint")) {
@@ -284,69 +277,80 @@ void print_text(const json& j, std::ostream& out) {
     if (s.contains("state_entries"))
         out << "  " << s["state_entries"] << " state entries, " << s["state_bytes"] << " bytes\n";
     if (s.contains("map_used_bytes")) out << "  map: " << s["map_used_bytes"] << " bytes used\n";
+}
 
+void print_pipeline(const json& p, std::ostream& out) {
+    out << "\npipeline " << p["name"].get<std::string>() << ":\n"
+        << "  open windows " << p["open_windows"] << ", keys " << p["keys"] << ", state "
+        << p["state_bytes"] << " bytes\n"
+        << "  watermark " << utc_text(p["watermark_ms"].get<int64_t>()) << " ("
+        << (p["watermark_lag_ms"].is_null() ? std::string("none yet")
+                                            : p["watermark_lag_ms"].dump() + " ms behind ingest")
+        << "), partitions " << p["partitions_active"] << " active, " << p["partitions_idle"]
+        << " idle\n"
+        << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
+        << ", too late " << p["too_late"] << ", clamped " << p["clamped"] << ", malformed "
+        << p["malformed"] << ", fields missing " << p["fields_missing"] << "\n"
+        << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
+        << " update, " << p["emitted"]["retract"] << " retract; refused " << p["keys_refused"]
+        << " keys, " << p["windows_refused"] << " windows\n";
+    if (p["events_in"].get<uint64_t>() > 0)
+        out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
+            << " ms, p99.9 " << p["lag_ms"]["p999"] << " ms\n";
+}
+
+void print_outbox(const json& o, std::ostream& out) {
+    out << "\noutbox:\n";
+    if (o.contains("rows"))
+        out << "  " << o["rows"] << " rows, " << o["bytes"] << " bytes, oldest seq "
+            << o["oldest_seq"] << "; dropped " << o["dropped"] << ", compacted " << o["compacted"]
+            << ", duplicates skipped " << o["duplicates_skipped"] << "\n";
+    if (o.contains("first_rows"))
+        for (const json& r : o["first_rows"])
+            out << "  #" << r["seq"] << " " << r["pipeline"].get<std::string>() << " key "
+                << r["key"].get<std::string>() << " window "
+                << utc_text(r["window"]["start"].get<int64_t>()) << " .. "
+                << utc_text(r["window"]["end"].get<int64_t>()) << " "
+                << r["kind"].get<std::string>() << " rev " << r["revision"] << "\n";
+    if (o.contains("error")) out << "  error: " << o["error"].get<std::string>() << "\n";
+}
+
+void print_side(const json& sd, std::ostream& out) {
+    out << "\nside output:\n";
+    if (sd.contains("rows"))
+        out << "  " << sd["rows"] << " rows, " << sd["bytes"] << " bytes, dropped " << sd["dropped"]
+            << "\n";
+    if (sd.contains("latest"))
+        for (const json& r : sd["latest"]) {
+            out << "  #" << r["seq"];
+            if (r.contains("pipeline")) out << " " << r["pipeline"].get<std::string>();
+            if (r.contains("key")) out << " key " << r["key"].get<std::string>();
+            if (r.contains("reason")) out << ": " << r["reason"].get<std::string>();
+            out << "\n";
+        }
+    if (sd.contains("latest_scan_stopped_rows"))
+        out << "  (the walk stopped after " << sd["latest_scan_stopped_rows"]
+            << " rows: newer rows are not shown)\n";
+    if (sd.contains("error")) out << "  error: " << sd["error"].get<std::string>() << "\n";
+}
+
+void print_text(const json& j, std::ostream& out) {
+    out << "data_dir " << j["data_dir"].get<std::string>() << "\n";
+    print_log(j["log"], out);
+    const json& s = j["store"];
+    print_store(s, out);
     if (j.contains("pipelines")) {
         const json& ps = j["pipelines"];
         if (ps.contains("error")) out << "  pipelines: " << ps["error"].get<std::string>() << "\n";
         if (ps.contains("list"))
-            for (const json& p : ps["list"]) {
-                out << "\npipeline " << p["name"].get<std::string>() << ":\n"
-                    << "  open windows " << p["open_windows"] << ", keys " << p["keys"]
-                    << ", state " << p["state_bytes"] << " bytes\n"
-                    << "  watermark " << utc_text(p["watermark_ms"].get<int64_t>()) << " ("
-                    << (p["watermark_lag_ms"].is_null()
-                            ? std::string("none yet")
-                            : p["watermark_lag_ms"].dump() + " ms behind ingest")
-                    << "), partitions " << p["partitions_active"] << " active, "
-                    << p["partitions_idle"] << " idle\n"
-                    << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
-                    << ", too late " << p["too_late"] << ", clamped " << p["clamped"]
-                    << ", malformed " << p["malformed"] << ", fields missing "
-                    << p["fields_missing"] << "\n"
-                    << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
-                    << " update, " << p["emitted"]["retract"] << " retract; refused "
-                    << p["keys_refused"] << " keys, " << p["windows_refused"] << " windows\n";
-                if (p["events_in"].get<uint64_t>() > 0)
-                    out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
-                        << " ms, p99.9 " << p["lag_ms"]["p999"] << " ms\n";
-            }
+            for (const json& p : ps["list"])
+                print_pipeline(p, out);
     } else if (!s.contains("error")) {
         out << "\n(pipelines: pass --config to restore the state and show open windows, keys and "
                "watermarks)\n";
     }
-
-    if (j.contains("outbox")) {
-        const json& o = j["outbox"];
-        out << "\noutbox:\n";
-        if (o.contains("rows"))
-            out << "  " << o["rows"] << " rows, " << o["bytes"] << " bytes, oldest seq "
-                << o["oldest_seq"] << "; dropped " << o["dropped"] << ", compacted "
-                << o["compacted"] << ", duplicates skipped " << o["duplicates_skipped"] << "\n";
-        if (o.contains("first_rows"))
-            for (const json& r : o["first_rows"])
-                out << "  #" << r["seq"] << " " << r["pipeline"].get<std::string>() << " key "
-                    << r["key"].get<std::string>() << " window "
-                    << utc_text(r["window"]["start"].get<int64_t>()) << " .. "
-                    << utc_text(r["window"]["end"].get<int64_t>()) << " "
-                    << r["kind"].get<std::string>() << " rev " << r["revision"] << "\n";
-        if (o.contains("error")) out << "  error: " << o["error"].get<std::string>() << "\n";
-    }
-    if (j.contains("side")) {
-        const json& sd = j["side"];
-        out << "\nside output:\n";
-        if (sd.contains("rows"))
-            out << "  " << sd["rows"] << " rows, " << sd["bytes"] << " bytes, dropped "
-                << sd["dropped"] << "\n";
-        if (sd.contains("latest"))
-            for (const json& r : sd["latest"]) {
-                out << "  #" << r["seq"];
-                if (r.contains("pipeline")) out << " " << r["pipeline"].get<std::string>();
-                if (r.contains("key")) out << " key " << r["key"].get<std::string>();
-                if (r.contains("reason")) out << ": " << r["reason"].get<std::string>();
-                out << "\n";
-            }
-        if (sd.contains("error")) out << "  error: " << sd["error"].get<std::string>() << "\n";
-    }
+    if (j.contains("outbox")) print_outbox(j["outbox"], out);
+    if (j.contains("side")) print_side(j["side"], out);
 }
 
 }  // namespace
@@ -379,6 +383,105 @@ int drop_pipeline(const std::string& data_dir, const std::optional<config::Confi
     return 0;
 }
 
+namespace {
+
+// The state store, opened read-only beside the running service (never writes, never takes its
+// write lock), with its section of the report and why the report may be empty.
+struct StoreView {
+    std::unique_ptr<lmdb::Store> store;
+    std::optional<lmdb::CheckpointMeta> checkpoint;
+    json section;
+    std::string empty_reason;
+};
+
+StoreView open_store(const std::string& data_dir, const std::optional<config::Config>& config) {
+    StoreView v;
+    lmdb::StoreOptions so;
+    so.dir = data_dir + "/state";
+    so.read_only = true;
+    if (config) so.map_size_bytes = config->storage.map_size_bytes;
+    v.section["dir"] = so.dir;
+    auto opened = lmdb::Store::open(so);
+    if (!opened) {
+        v.section["error"] = opened.error().message;
+        v.empty_reason =
+            opened.error().code == lmdb::errc::not_found
+                ? "no state store in " + so.dir + " (the service has not run here yet)"
+                : "the state store in " + so.dir + " cannot be read: " + opened.error().message;
+        return v;
+    }
+    v.store = std::move(*opened);
+    auto cp = v.store->load_checkpoint();
+    if (!cp)
+        v.section["error"] = cp.error().message;
+    else
+        v.checkpoint = *cp;
+    return v;
+}
+
+// The checkpoint's age and how far it is behind the log's end (from inspect_log's figures).
+json checkpoint_section(const lmdb::CheckpointMeta& cp, int64_t now_ms, const json& log) {
+    json c{{"checkpoint_ms", cp.checkpoint_ms},
+           {"age_ms", now_ms - cp.checkpoint_ms},
+           {"log_offset", cp.log_offset},
+           {"outbox_seq_next", cp.outbox_seq_next}};
+    if (log.contains("end_offset")) {
+        const uint64_t end = log["end_offset"].get<uint64_t>();
+        c["behind_bytes"] = end > cp.log_offset ? end - cp.log_offset : 0;
+    }
+    if (log.contains("records_after_checkpoint"))
+        c["behind_records"] = log["records_after_checkpoint"];
+    return c;
+}
+
+void add_state_figures(StoreView& v, int64_t now_ms, const json& log) {
+    if (v.checkpoint)
+        v.section["checkpoint"] = checkpoint_section(*v.checkpoint, now_ms, log);
+    else
+        v.section["checkpoint"] = nullptr;
+    uint64_t entries = 0, bytes = 0;
+    auto counted =
+        v.store->for_each_state([&](std::string_view k, std::string_view val) -> Result<void> {
+            ++entries;
+            bytes += k.size() + val.size();
+            return {};
+        });
+    if (counted) {
+        v.section["state_entries"] = entries;
+        v.section["state_bytes"] = bytes;
+    }
+    if (auto used = v.store->map_used_bytes()) v.section["map_used_bytes"] = *used;
+}
+
+// The whole report; "empty" says why there is nothing to show, when there is not.
+json inspect_report(const std::string& data_dir, const std::optional<config::Config>& config,
+                    int64_t now_ms) {
+    json j;
+    j["data_dir"] = data_dir;
+    j["now_ms"] = now_ms;
+    StoreView v = open_store(data_dir, config);
+    j["log"] = inspect_log(
+        data_dir + "/log",
+        v.checkpoint ? std::optional<uint64_t>(v.checkpoint->log_offset) : std::nullopt);
+    if (v.store) add_state_figures(v, now_ms, j["log"]);
+    j["store"] = std::move(v.section);
+    if (v.store) {
+        if (config) j["pipelines"] = inspect_pipelines(*config, *v.store);
+        j["outbox"] = inspect_outbox(*v.store, now_ms);
+        j["side"] = inspect_side(*v.store);
+        const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&
+                             j["side"].value("rows", uint64_t{0}) == 0;
+        if (!v.checkpoint && no_rows)
+            v.empty_reason = "the state store in " + data_dir +
+                             "/state is empty: no checkpoint, no outbox or side rows (the "
+                             "service has not checkpointed yet)";
+    }
+    if (!v.empty_reason.empty()) j["empty"] = v.empty_reason;
+    return j;
+}
+
+}  // namespace
+
 int inspect_command(const InspectOptions& options, const core::Clock& clock) {
     std::optional<config::Config> config;
     if (!options.config_path.empty()) {
@@ -400,93 +503,17 @@ int inspect_command(const InspectOptions& options, const core::Clock& clock) {
                      "service run here?)\n";
         return 1;
     }
-
     if (!options.drop_pipeline.empty())
         return drop_pipeline(data_dir, config, options.drop_pipeline);
 
-    const int64_t now_ms = clock.wall_ms();
-    json j;
-    j["data_dir"] = data_dir;
-    j["now_ms"] = now_ms;
-    std::string empty_reason;
-
-    lmdb::StoreOptions so;
-    so.dir = data_dir + "/state";
-    so.read_only = true;  // beside the running service: never write, never take its write lock
-    if (config) so.map_size_bytes = config->storage.map_size_bytes;
-    json store_json;
-    store_json["dir"] = so.dir;
-    std::unique_ptr<lmdb::Store> store;
-    std::optional<lmdb::CheckpointMeta> checkpoint;
-    if (auto opened = lmdb::Store::open(so); !opened) {
-        store_json["error"] = opened.error().message;
-        empty_reason =
-            opened.error().code == lmdb::errc::not_found
-                ? "no state store in " + so.dir + " (the service has not run here yet)"
-                : "the state store in " + so.dir + " cannot be read: " + opened.error().message;
-    } else {
-        store = std::move(*opened);
-        auto cp = store->load_checkpoint();
-        if (!cp)
-            store_json["error"] = cp.error().message;
-        else
-            checkpoint = *cp;
-    }
-
-    j["log"] =
-        inspect_log(data_dir + "/log",
-                    checkpoint ? std::optional<uint64_t>(checkpoint->log_offset) : std::nullopt);
-    if (store) {
-        if (checkpoint) {
-            json c{{"checkpoint_ms", checkpoint->checkpoint_ms},
-                   {"age_ms", now_ms - checkpoint->checkpoint_ms},
-                   {"log_offset", checkpoint->log_offset},
-                   {"outbox_seq_next", checkpoint->outbox_seq_next}};
-            const json& l = j["log"];
-            if (l.contains("end_offset")) {
-                const uint64_t end = l["end_offset"].get<uint64_t>();
-                c["behind_bytes"] = end > checkpoint->log_offset ? end - checkpoint->log_offset : 0;
-            }
-            if (l.contains("records_after_checkpoint"))
-                c["behind_records"] = l["records_after_checkpoint"];
-            store_json["checkpoint"] = std::move(c);
-        } else {
-            store_json["checkpoint"] = nullptr;
-        }
-        uint64_t entries = 0, bytes = 0;
-        auto counted =
-            store->for_each_state([&](std::string_view k, std::string_view v) -> Result<void> {
-                ++entries;
-                bytes += k.size() + v.size();
-                return {};
-            });
-        if (counted) {
-            store_json["state_entries"] = entries;
-            store_json["state_bytes"] = bytes;
-        }
-        if (auto used = store->map_used_bytes()) store_json["map_used_bytes"] = *used;
-    }
-    j["store"] = std::move(store_json);
-    if (store) {
-        if (config) j["pipelines"] = inspect_pipelines(*config, *store);
-        j["outbox"] = inspect_outbox(*store, now_ms);
-        j["side"] = inspect_side(*store);
-        const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&
-                             j["side"].value("rows", uint64_t{0}) == 0;
-        if (!checkpoint && no_rows)
-            empty_reason = "the state store in " + so.dir +
-                           " is empty: no checkpoint, no outbox or side rows (the service has "
-                           "not checkpointed yet)";
-    }
-    if (!empty_reason.empty()) j["empty"] = empty_reason;
-
+    const json j = inspect_report(data_dir, config, clock.wall_ms());
     if (options.json)
         std::cout << j.dump() << "\n";
     else
         print_text(j, std::cout);
     std::cout.flush();
-    if (!empty_reason.empty()) {
-        std::cerr << "tidemark inspect: " << empty_reason << "\n";
+    if (j.contains("empty")) {
+        std::cerr << "tidemark inspect: " << j["empty"].get<std::string>() << "\n";
         return 1;
     }
     return 0;

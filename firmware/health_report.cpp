@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/ingest.h"
@@ -9,6 +10,18 @@
 namespace tidemark::firmware {
 
 using nlohmann::json;
+
+bool log_damaged(const log::LogStats& log, const log::ReaderStats& reader) {
+    return reader.damaged_regions > 0 || log.damaged_regions > 0;
+}
+
+namespace {
+
+// Health is published and inspect is printed whatever a topic or an error message holds: bytes
+// that are not UTF-8 are replaced rather than thrown about.
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
     json p;
@@ -55,10 +68,6 @@ json outbox_report(const lmdb::OutboxStats& s, int64_t now_wall_ms) {
 
 json side_report(const lmdb::SideStats& s) {
     return {{"rows", s.rows}, {"bytes", s.bytes}, {"dropped", s.dropped}};
-}
-
-bool log_damaged(const log::LogStats& log, const log::ReaderStats& reader) {
-    return reader.damaged_regions > 0 || log.damaged_regions > 0;
 }
 
 json log_report(const log::LogStats& ls, const log::ReaderStats& rs, uint64_t engine_offset) {
@@ -128,12 +137,63 @@ json clock_report(const ClockStatus& clock) {
             {"sync_service", clock.sync_service}};
 }
 
+json build_report(const BuildInfo& build) {
+    json b = {{"crc32c", build.crc32c}};
+    if (!build.json_kernel.empty()) b["json_kernel"] = build.json_kernel;
+    return b;
+}
+
+}  // namespace
+
 uint64_t rss_kib() {
     std::ifstream in("/proc/self/status");
     std::string line;
     while (std::getline(in, line))
         if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
     return 0;
+}
+
+std::string pipeline_report_json(const core::PipelineStats& stats, const DecodeCounters& decode) {
+    return dump(pipeline_report(stats, decode));
+}
+
+std::string outbox_report_json(const lmdb::OutboxStats& stats, int64_t now_wall_ms) {
+    return dump(outbox_report(stats, now_wall_ms));
+}
+
+std::string side_report_json(const lmdb::SideStats& stats) {
+    return dump(side_report(stats));
+}
+
+std::string health_record_json(const HealthFigures& f) {
+    json h;
+    h["node"] = f.node;
+    h["time_ms"] = f.time_ms;
+    h["uptime_s"] = f.uptime_s;
+    h["build"] = build_report(f.build);
+    h["clock"] = clock_report(f.clock);
+    json pipelines = json::object();
+    for (const PipelineFigures& p : f.pipelines)
+        pipelines[std::string(p.name)] = pipeline_report(*p.stats, *p.decode);
+    h["pipelines"] = std::move(pipelines);
+    json in = ingest_report(f.ingest);
+    in["redeliveries_skipped"] = f.ingest_counters.redeliveries_skipped;
+    in["append_errors"] = f.ingest_counters.append_errors;
+    in["paused"] = f.ingest_counters.paused;
+    in["malformed_records"] = f.ingest_counters.malformed_records;
+    h["ingest"] = std::move(in);
+    h["log"] = log_report(f.log, f.reader, f.engine_offset);
+    h["checkpoint"] = checkpoint_report(f.checkpoint, f.time_ms);
+    if (f.outbox) h["outbox"] = outbox_report(*f.outbox, f.time_ms);
+    h["upstream"] = upstream_report(f.forwarder);
+    if (f.side) h["side"] = side_report(*f.side);
+    if (f.map)
+        h["map"] = {{"used_bytes", f.map->used_bytes},
+                    {"size_bytes", f.map->size_bytes},
+                    {"side_rows_dropped", f.map->side_rows_dropped}};
+    h["rss_kib"] = f.rss_kib;
+    h["alarms"] = f.alarms;
+    return dump(h);
 }
 
 std::string status_line(const std::vector<std::string>& alarms, const mqtt::Forwarder* forwarder) {

@@ -1,17 +1,22 @@
-// The health report: the figures the service publishes on health.topic (README, "Health"),
-// built section by section, so that `tidemark inspect` renders the sections it shares with
-// health (a pipeline's figures, the outbox, the side output) from the same functions, under the
-// same names.
+// The health report: the figures the service publishes on health.topic (README, "Health"). The
+// service gathers them into HealthFigures and health_record_json() renders the record; `tidemark
+// inspect` renders the sections it shares with health (a pipeline's figures, the outbox, the
+// side output) with the same functions, so that both say the same under the same names. The
+// JSON is built in health_report.cpp only: no JSON library type crosses this header.
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "adapters/lmdb/types.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
 #include "core/engine.h"
-#include "firmware/alarms.h"
+#include "firmware/build_info.h"
+#include "firmware/clock.h"
 #include "firmware/engine_host.h"
 #include "firmware/processor.h"
 
@@ -22,28 +27,63 @@ class Forwarder;
 
 namespace tidemark::firmware {
 
-/// health's pipelines.P; inspect's pipelines.list[i] adds name and ingest_ms. lag_ms holds 0s
-/// while the pipeline has seen no event.
-nlohmann::json pipeline_report(const core::PipelineStats& stats, const DecodeCounters& decode);
-/// health's and inspect's `outbox`; inspect adds seq_next and first_rows.
-nlohmann::json outbox_report(const lmdb::OutboxStats& stats, int64_t now_wall_ms);
-/// health's and inspect's `side`; inspect adds latest.
-nlohmann::json side_report(const lmdb::SideStats& stats);
+/// One pipeline's figures; the pointers must outlive the health_record_json() call.
+struct PipelineFigures {
+    std::string_view name;
+    const core::PipelineStats* stats = nullptr;
+    const DecodeCounters* decode = nullptr;
+};
 
-/// health's `log`. Damage found by the open (LogStats) or skipped by the engine's reader: the
-/// larger of the two counts, since the reader may cross what the open found.
-nlohmann::json log_report(const log::LogStats& log, const log::ReaderStats& reader,
-                          uint64_t engine_offset);
+/// The service's own ingest counters, beside the MQTT client's.
+struct IngestCounters {
+    uint64_t redeliveries_skipped = 0;
+    uint64_t append_errors = 0;
+    bool paused = false;
+    uint64_t malformed_records = 0;  // oversized payloads kept as malformed records
+};
+
+struct MapFigures {
+    uint64_t used_bytes = 0;
+    uint64_t size_bytes = 0;
+    uint64_t side_rows_dropped = 0;
+};
+
+/// Everything one health record says, read by the engine thread at one moment.
+struct HealthFigures {
+    std::string_view node;
+    int64_t time_ms = 0;
+    int64_t uptime_s = 0;
+    BuildInfo build;
+    ClockStatus clock;
+    std::vector<PipelineFigures> pipelines;
+    const mqtt::Ingest* ingest = nullptr;  // null while it is not started
+    IngestCounters ingest_counters;
+    log::LogStats log;
+    log::ReaderStats reader;
+    uint64_t engine_offset = 0;
+    CheckpointStats checkpoint;
+    std::optional<lmdb::OutboxStats> outbox;     // none when the store could not say
+    const mqtt::Forwarder* forwarder = nullptr;  // null without upstream
+    std::optional<lmdb::SideStats> side;         // none when the store could not say
+    std::optional<MapFigures> map;               // none when the store could not say
+    uint64_t rss_kib = 0;
+    std::vector<std::string> alarms;
+};
+
+/// The health record as published: one line of JSON, keys sorted, invalid UTF-8 replaced.
+std::string health_record_json(const HealthFigures& figures);
+
+/// health's pipelines.P (JSON object text); inspect's pipelines.list[i] adds name and
+/// ingest_ms. lag_ms holds 0s while the pipeline has seen no event.
+std::string pipeline_report_json(const core::PipelineStats& stats, const DecodeCounters& decode);
+/// health's and inspect's `outbox` (JSON object text); inspect adds seq_next and first_rows.
+std::string outbox_report_json(const lmdb::OutboxStats& stats, int64_t now_wall_ms);
+/// health's and inspect's `side` (JSON object text); inspect adds latest.
+std::string side_report_json(const lmdb::SideStats& stats);
+
+/// Damage found by the open (LogStats) or skipped by the engine's reader: health's `log`
+/// reports the larger of the two counts, since the reader may cross what the open found.
 bool log_damaged(const log::LogStats& log, const log::ReaderStats& reader);
-/// health's `checkpoint`: age_ms is -1 before the first one.
-nlohmann::json checkpoint_report(const CheckpointStats& stats, int64_t now_wall_ms);
-/// health's `ingest`, but for the service's own counters (redeliveries_skipped, append_errors,
-/// paused, malformed_records), which the caller adds. `ingest` is null while it is not started.
-nlohmann::json ingest_report(const mqtt::Ingest* ingest);
-/// health's `upstream`: {"configured": false} without a forwarder.
-nlohmann::json upstream_report(const mqtt::Forwarder* forwarder);
-/// health's `clock`.
-nlohmann::json clock_report(const ClockStatus& clock);
 /// Resident memory from /proc/self/status; 0 when it cannot be read.
 uint64_t rss_kib();
 

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "adapters/config/config.h"
+#include "firmware/build_info.h"
 #include "firmware/clock.h"
 #include "firmware/commands.h"
 #include "firmware/crash_arm.h"
@@ -45,93 +46,92 @@ void setup_logging(const std::string& level) {
     spdlog::set_level(spdlog::level::from_str(level));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    using namespace tidemark;
-    firmware::arm_crash_points_from_env();  // test builds only: TIDEMARK_CRASH_AT
-    CLI::App app{"tidemark: event-time windows over MQTT telemetry, on the gateway"};
-    app.require_subcommand(1);
-
+// What the command line asked for, filled by CLI11.
+struct CommandLine {
     std::string config_path, log_level;
-    auto* run = app.add_subcommand("run", "run the service");
-    run->add_option("--config,-c", config_path, "config file (JSON)")->required();
-    run->add_option("--log-level", log_level, "trace, debug, info, warn or error");
-
     std::string check_path;
-    auto* check = app.add_subcommand("check-config", "validate a config file and exit");
-    check->add_option("file", check_path, "config file (JSON)")->required();
-
-    firmware::ReplayOptions replay_options;
+    tidemark::firmware::ReplayOptions replay;
     std::string from_text, to_text;
-    auto* replay = app.add_subcommand(
-        "replay", "run a config over the retained log (read-only) and write its results");
-    replay->add_option("--config,-c", replay_options.config_path, "config file")->required();
-    replay->add_option("--from", from_text, "first ingest time (ms since epoch or RFC 3339)");
-    replay->add_option("--to", to_text, "end ingest time, exclusive");
-    replay->add_option("--pipeline", replay_options.pipeline, "only this pipeline");
-    replay->add_option("--out,-o", replay_options.out, "output file, or - for stdout");
-    replay->add_option("--log-dir", replay_options.log_dir,
-                       "log directory (default: data_dir/log)");
+    tidemark::firmware::InspectOptions inspect;
+    tidemark::firmware::AdviseOptions advise;
+    CLI::App* run_command = nullptr;
+    CLI::App* check_command = nullptr;
+    CLI::App* replay_command = nullptr;
+    CLI::App* inspect_command = nullptr;
+    CLI::App* advise_command = nullptr;
+};
 
-    firmware::InspectOptions inspect_options;
-    auto* inspect = app.add_subcommand("inspect", "show the log, state and outbox");
-    inspect->add_option("--config,-c", inspect_options.config_path, "config file");
-    inspect->add_option("--data-dir", inspect_options.data_dir, "data directory");
-    inspect->add_flag("--json", inspect_options.json, "machine-readable output");
-    inspect->add_option("--drop-pipeline", inspect_options.drop_pipeline,
+void define_commands(CLI::App& app, CommandLine& c) {
+    auto* run = c.run_command = app.add_subcommand("run", "run the service");
+    run->add_option("--config,-c", c.config_path, "config file (JSON)")->required();
+    run->add_option("--log-level", c.log_level, "trace, debug, info, warn or error");
+
+    c.check_command = app.add_subcommand("check-config", "validate a config file and exit");
+    c.check_command->add_option("file", c.check_path, "config file (JSON)")->required();
+
+    auto* replay = c.replay_command = app.add_subcommand(
+        "replay", "run a config over the retained log (read-only) and write its results");
+    replay->add_option("--config,-c", c.replay.config_path, "config file")->required();
+    replay->add_option("--from", c.from_text, "first ingest time (ms since epoch or RFC 3339)");
+    replay->add_option("--to", c.to_text, "end ingest time, exclusive");
+    replay->add_option("--pipeline", c.replay.pipeline, "only this pipeline");
+    replay->add_option("--out,-o", c.replay.out, "output file, or - for stdout");
+    replay->add_option("--log-dir", c.replay.log_dir, "log directory (default: data_dir/log)");
+
+    auto* inspect = c.inspect_command =
+        app.add_subcommand("inspect", "show the log, state and outbox");
+    inspect->add_option("--config,-c", c.inspect.config_path, "config file");
+    inspect->add_option("--data-dir", c.inspect.data_dir, "data directory");
+    inspect->add_flag("--json", c.inspect.json, "machine-readable output");
+    inspect->add_option("--drop-pipeline", c.inspect.drop_pipeline,
                         "drop the stored state of this pipeline (stop the service first)");
 
-    firmware::AdviseOptions advise_options;
-    auto* advise = app.add_subcommand(
+    auto* advise = c.advise_command = app.add_subcommand(
         "advise", "lag quantiles from the log, and what each watermark delay would cost");
-    advise->add_option("--config,-c", advise_options.config_path, "config file")->required();
-    advise->add_option("--pipeline", advise_options.pipeline, "pipeline name")->required();
-    advise->add_option("--target", advise_options.target_percent,
+    advise->add_option("--config,-c", c.advise.config_path, "config file")->required();
+    advise->add_option("--pipeline", c.advise.pipeline, "pipeline name")->required();
+    advise->add_option("--target", c.advise.target_percent,
                        "share of events that must be on time, in percent (default 99.9)");
-    advise->add_option("--log-dir", advise_options.log_dir,
-                       "log directory (default: data_dir/log)");
+    advise->add_option("--log-dir", c.advise.log_dir, "log directory (default: data_dir/log)");
+}
 
-    CLI11_PARSE(app, argc, argv);
-
-    if (*check) {
-        auto loaded = config::load_config_file(check_path);
-        if (!loaded) {
-            std::cerr << config::format_errors(loaded.error());
-            return 1;
-        }
-        std::cout << check_path << ": ok (" << loaded->pipelines.size() << " pipelines)\n";
-        return 0;
+int check_config(const std::string& path) {
+    auto loaded = tidemark::config::load_config_file(path);
+    if (!loaded) {
+        std::cerr << tidemark::config::format_errors(loaded.error());
+        return 1;
     }
-    if (*replay) {
-        if (!from_text.empty() && !(replay_options.from_ms = firmware::parse_time_ms(from_text))) {
-            std::cerr << "tidemark replay: --from '" << from_text
-                      << "' is neither milliseconds since the epoch nor an RFC 3339 time\n";
-            return 2;
-        }
-        if (!to_text.empty() && !(replay_options.to_ms = firmware::parse_time_ms(to_text))) {
-            std::cerr << "tidemark replay: --to '" << to_text
-                      << "' is neither milliseconds since the epoch nor an RFC 3339 time\n";
-            return 2;
-        }
-        return firmware::replay_command(replay_options);
-    }
-    // The one clock of the process: everything below reads time through it.
-    const firmware::SystemClock clock;
-    if (*inspect) return firmware::inspect_command(inspect_options, clock);
-    if (*advise) return firmware::advise_command(advise_options);
+    std::cout << path << ": ok (" << loaded->pipelines.size() << " pipelines)\n";
+    return 0;
+}
 
-    // run
-    auto loaded = config::load_config_file(config_path);
+int replay(CommandLine& c) {
+    using tidemark::firmware::parse_time_ms;
+    if (!c.from_text.empty() && !(c.replay.from_ms = parse_time_ms(c.from_text))) {
+        std::cerr << "tidemark replay: --from '" << c.from_text
+                  << "' is neither milliseconds since the epoch nor an RFC 3339 time\n";
+        return 2;
+    }
+    if (!c.to_text.empty() && !(c.replay.to_ms = parse_time_ms(c.to_text))) {
+        std::cerr << "tidemark replay: --to '" << c.to_text
+                  << "' is neither milliseconds since the epoch nor an RFC 3339 time\n";
+        return 2;
+    }
+    return tidemark::firmware::replay_command(c.replay);
+}
+
+int run(const CommandLine& c, const tidemark::core::Clock& clock) {
+    using namespace tidemark;
+    auto loaded = config::load_config_file(c.config_path);
     if (!loaded) {
         std::cerr << config::format_errors(loaded.error());
         return 2;
     }
-    setup_logging(log_level.empty() ? loaded->log_level : log_level);
+    setup_logging(c.log_level.empty() ? loaded->log_level : c.log_level);
     firmware::Signals signals;
     install_signals(signals);
     firmware::RunOptions options;
-    options.config_path = config_path;
+    options.config_path = c.config_path;
     spdlog::info("tidemark {} starting: node {}, {} pipelines, data_dir {}", TIDEMARK_VERSION,
                  loaded->node_id, loaded->pipelines.size(), loaded->data_dir);
     auto result = firmware::run_service(*loaded, options, signals, clock);
@@ -140,4 +140,27 @@ int main(int argc, char** argv) {
         return result.error().code != 0 ? result.error().code : 1;
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace tidemark;
+    firmware::arm_crash_points_from_env();  // test builds only: TIDEMARK_CRASH_AT
+    CLI::App app{"tidemark: event-time windows over MQTT telemetry, on the gateway"};
+    app.require_subcommand(1);
+    app.set_version_flag(
+        "--version", [] { return firmware::version_text(TIDEMARK_VERSION); },
+        "print the version, the CRC-32C path and the JSON kernel, and exit");
+    CommandLine c;
+    define_commands(app, c);
+    CLI11_PARSE(app, argc, argv);
+
+    if (*c.check_command) return check_config(c.check_path);
+    if (*c.replay_command) return replay(c);
+    // The one clock of the process: everything below reads time through it.
+    const firmware::SystemClock clock;
+    if (*c.inspect_command) return firmware::inspect_command(c.inspect, clock);
+    if (*c.advise_command) return firmware::advise_command(c.advise);
+    return run(c, clock);
 }

@@ -1,34 +1,22 @@
 #include "firmware/runtime.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <mutex>
-#include <nlohmann/json.hpp>
+#include <memory>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "adapters/codec/record.h"
-#include "adapters/codec/topic.h"
-#include "adapters/lmdb/store.h"
-#include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
 #include "adapters/mqtt/client_options.h"
-#include "adapters/mqtt/forwarder.h"
-#include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
-#include "adapters/mqtt/redelivery_filter.h"
 #include "firmware/adapter_options.h"
-#include "firmware/clock.h"
 #include "firmware/dir_lock.h"
+#include "firmware/log_appender.h"
 #include "firmware/notify.h"
-#include "firmware/processor.h"
 #include "firmware/service_parts.h"
 
 namespace tidemark::firmware {
@@ -37,10 +25,6 @@ namespace {
 
 // Bounds of one engine step: records read before the outbox batch is committed.
 constexpr size_t step_records_max = 4096;
-// Ingest appends a tick when nothing else was appended for this long.
-constexpr int64_t tick_interval_ms = 1000;
-// How often the ticker wakes to look at the two intervals above and fsync_interval.
-constexpr auto ticker_wake = std::chrono::milliseconds(100);
 // While the disk is full, log segments before the checkpoint are trimmed at most this often:
 // each attempt lists the log directory, and what a full disk frees comes back only as the
 // forwarder drains or retention ages segments out, not within a loop turn.
@@ -54,300 +38,259 @@ constexpr int64_t health_refresh_interval_ms_max = 1000;
 constexpr auto idle_sleep = std::chrono::milliseconds(20);
 // Recovery waiting for room in the outbox looks again this often.
 constexpr int64_t recovery_wait_ms = 250;
+// Replaying a long log can outlast the unit's start timeout: recovery asks systemd for this
+// much more before it starts, and for recovery_wait_extension each time it waits for room.
+constexpr auto recovery_timeout_extension = std::chrono::minutes(10);
+constexpr auto recovery_wait_extension = std::chrono::minutes(1);
 // The first ingest retry after a failed connect waits 1 s (twice this), doubling to 30 s.
 constexpr auto ingest_retry_delay_min = std::chrono::milliseconds(500);
+// How long a start waits for the gateway broker's CONNACK before it retries in the background,
+// and how long a stop gives ingest to disconnect.
+constexpr auto ingest_connect_timeout = std::chrono::seconds(5);
+constexpr auto ingest_stop_timeout = std::chrono::seconds(3);
 // Steps taken to drain the log on stop: 10,000 steps of step_records_max records, about 41
 // million records, far more than fsync_interval leaves unprocessed, so that a stop is bounded
-// even if something kept appending. What is left is replayed on the next start, nothing lost.
+// even if something kept appending. What is left is replayed on the next start, nothing lost
+// (the warning in drain_log says when it was hit).
 constexpr int shutdown_drain_steps_max = 10'000;
 
-}  // namespace
+// One run of the service, in the steps run_service names: open and recover, start ingest, the
+// loop, shutdown. The members are what those steps share; they are destroyed in reverse order
+// (the ticker, then ingest, whose handler is the appender, then the parts, then the lock).
+class Service {
+  public:
+    Service(const config::Config& config, const RunOptions& options, Signals& signals,
+            const core::Clock& clock)
+        : config_(config), options_(options), signals_(signals), clock_(clock) {}
 
-// Long (about 290 lines) because the ingest handler, the ticker and the loop share the append
-// lock, the redelivery filter's connection and the resumed-marker state as locals.
-// TODO(issue 15): split into an ingest appender (handler + markers), the ticker, the loop and
-// the shutdown drain, each with that shared state as members.
-Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals,
-                         const core::Clock& clock) {
-    Notifier notifier;
-    notifier.status("recovering");
+    // Opens the parts and replays the log; false when told to stop while recovery waited.
+    Result<bool> open_and_recover();
+    Result<void> start_ingest();
+    // Returns why the loop ended early (the log poisoned, the engine failed), or {} on a stop.
+    Result<void> loop();
+    Result<void> shutdown(Result<void> result);
+
+  private:
+    Result<std::unique_ptr<mqtt::Ingest>> make_ingest();
+    void try_start_ingest();
+    void stop_ingest();
+    // Pauses ingest while the outbox cannot take more, retries a failed start, and tells the
+    // appender whether ingest can hear the devices.
+    Result<void> poll_ingest();
+    void poll_disk_and_clock(int64_t now);
+    void refresh_health_if_due(int64_t now);
+    // Steps the engine until the log is processed to its end, at most shutdown_drain_steps_max.
+    Result<void> drain_log(Result<void> result, bool synced);
+
+    const config::Config& config_;
+    const RunOptions& options_;
+    Signals& signals_;
+    const core::Clock& clock_;
+    Notifier notifier_;
+    std::optional<DirLock> lock_;
+    std::unique_ptr<ServiceParts> parts_;
+    std::unique_ptr<LogAppender> appender_;
+    std::vector<std::string> filters_;
+    std::unique_ptr<mqtt::Ingest> ingest_;
+    std::unique_ptr<Ticker> ticker_;
+
+    // The clock as the log last recorded it; a change is appended as a marker tick, so that
+    // the engine (and every replay) sees it at the same record.
+    bool clock_trusted_logged_ = false;
+    bool ingest_started_ = false;
+    int ingest_failures_ = 0;
+    int64_t ingest_retry_ms_ = 0;
+    int64_t next_checkpoint_ms_ = 0;
+    int64_t next_health_ms_ = 0;
+    int64_t next_clock_ms_ = 0;
+    int64_t next_trim_ms_ = 0;
+    std::string last_status_;
+};
+
+Result<bool> Service::open_and_recover() {
+    notifier_.status("recovering");
     std::error_code ec;
-    std::filesystem::create_directories(config.data_dir, ec);
-    if (ec) return fail("cannot create data_dir " + config.data_dir + ": " + ec.message());
-    auto lock = DirLock::take(config.data_dir);
+    std::filesystem::create_directories(config_.data_dir, ec);
+    if (ec) return fail("cannot create data_dir " + config_.data_dir + ": " + ec.message());
+    auto lock = DirLock::take(config_.data_dir);
     if (!lock) return std::unexpected(lock.error());
+    lock_.emplace(std::move(*lock));
 
-    auto parts = ServiceParts::open(config, clock);
+    auto parts = ServiceParts::open(config_, clock_);
     if (!parts) return std::unexpected(parts.error());
-    ServiceParts& sp = **parts;
+    parts_ = std::move(*parts);
+    ServiceParts& sp = *parts_;
 
     // The forwarder is the only thing that frees room in the outbox: it runs before recovery,
     // so that a restart with a full outbox drains it instead of waiting for itself. It sends
     // only rows already committed, which recovery never rewrites.
-    auto forwarder = sp.start_forwarder();
-    if (!forwarder) spdlog::error("upstream: {}", forwarder.error().message);
+    if (auto forwarder = sp.start_forwarder(); !forwarder)
+        spdlog::error("upstream: {}", forwarder.error().message);
     sp.refresh_health(nullptr);  // the first retained snapshot is a real one, never "{}"
-    auto health = sp.start_health();
-    if (!health) spdlog::error("health: {}", health.error().message);
+    if (auto health = sp.start_health(); !health)
+        spdlog::error("health: {}", health.error().message);
 
     // Recovery: the checkpoint, then the log from its offset (regenerated emissions that are
     // already in the outbox are skipped by id).
-    // Replaying a long log can outlast the unit's start timeout; say so to systemd.
-    notifier.extend_timeout(std::chrono::minutes(10));
-    const int64_t recover_start_ms = clock.steady_ms();
+    notifier_.extend_timeout(recovery_timeout_extension);
+    const int64_t recover_start_ms = clock_.steady_ms();
     int64_t waited_ms = 0;
     auto recovered = sp.recover([&] {
         if (waited_ms == 0) spdlog::warn("recovery waits for room in the outbox (upstream down?)");
         std::this_thread::sleep_for(std::chrono::milliseconds(recovery_wait_ms));
         waited_ms += recovery_wait_ms;
-        notifier.extend_timeout(std::chrono::minutes(1));
-        notifier.watchdog(clock.steady_ms());
+        notifier_.extend_timeout(recovery_wait_extension);
+        notifier_.watchdog(clock_.steady_ms());
         sp.refresh_health(nullptr);
-        return !signals.stop.load();
+        return !signals_.stop.load();
     });
-    if (!recovered && signals.stop.load()) {
+    if (!recovered && signals_.stop.load()) {
         // Stopped while waiting for room: a clean stop, the next start recovers again.
         spdlog::info("stopped during recovery: {}", recovered.error().message);
         sp.stop_clients();
-        return {};
+        return false;
     }
     if (!recovered) return std::unexpected(recovered.error());
     spdlog::info("recovered: checkpoint at log offset {}, {} records replayed in {} ms",
-                 sp.checkpoint_offset(), *recovered, clock.steady_ms() - recover_start_ms);
-    notifier.status("recovered " + std::to_string(*recovered) + " records");
+                 sp.checkpoint_offset(), *recovered, clock_.steady_ms() - recover_start_ms);
+    notifier_.status("recovered " + std::to_string(*recovered) + " records");
     // Not fatal: the loop checkpoints again, and a failed one changes nothing stored.
     if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
+    clock_trusted_logged_ = sp.engine_clock_trusted();
+    return true;
+}
 
-    // The clock as the log last recorded it; a change is appended as a marker tick, so that
-    // the engine (and every replay) sees it at the same record.
-    bool clock_trusted_logged = sp.engine_clock_trusted();
+// Paho C runs every client of the process on one receive thread: holding a message in the
+// callback would stall the forwarder that drains the outbox. So a full outbox pauses ingest by
+// disconnecting it (the broker keeps the persistent session's messages) rather than by holding
+// a message; only a log append that fails (disk full) holds one, briefly.
+Result<std::unique_ptr<mqtt::Ingest>> Service::make_ingest() {
+    mqtt::IngestOptions io;
+    io.accept_retained = config_.source.accept_retained;
+    return mqtt::Ingest::create(
+        source_broker_options(config_), filters_,
+        [appender = appender_.get()](const mqtt::IncomingMessage& m) {
+            return appender->handle(m);
+        },
+        io);
+}
 
+void Service::try_start_ingest() {
+    auto started = ingest_->start(ingest_connect_timeout);
+    if (started) {
+        ingest_started_ = true;
+        spdlog::info("ingest: connected to {}", config_.source.uri);
+        return;
+    }
+    ++ingest_failures_;
+    ingest_retry_ms_ = clock_.steady_ms() +
+                       mqtt::reconnect_delay(ingest_failures_, ingest_retry_delay_min).count();
+    spdlog::warn("ingest: {} (retrying)", started.error().message);
+}
+
+void Service::stop_ingest() {
+    appender_->set_live(false, 0);
+    ingest_->stop(ingest_stop_timeout);
+}
+
+Result<void> Service::start_ingest() {
     // Ingest: the durable append happens inside the Paho callback, before the PUBACK.
-    std::mutex append_mutex;  // ingest callbacks and the ticker both append
-    std::atomic<int64_t> last_append_ms{clock.steady_ms()};
-    // Ticks say that the devices are silent; only while ingest could hear them (connected and
-    // not paused). Our own silence must not make a backlog the broker keeps late.
-    std::atomic<bool> ingest_live{false};
-    mqtt::RedeliveryFilter& filter = sp.redelivery_filter();
-    uint64_t connection_seen = 0;  // under append_mutex, like the filter
-    // The connection whose start is marked in the log (under append_mutex). Before any message
-    // or tick of a connection, a marker says that ingest listens again: the time since the last
-    // record was our silence (stopped, paused, disconnected), not the devices'.
-    uint64_t resumed_for = 0;
-    auto mark_resumed = [&](uint64_t connection) -> bool {
-        if (connection == resumed_for) return true;
-        auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), ingest_resumed_tick, {});
-        if (!ok) {
-            sp.append_failed(ok.error().message);
-            return false;
-        }
-        resumed_for = connection;
-        return true;
-    };
-    const uint64_t payload_max = config.source.max_payload_bytes;
-    auto handler = [&](const mqtt::IncomingMessage& m) -> mqtt::HandleResult {
-        std::lock_guard<std::mutex> guard(append_mutex);
-        if (!mark_resumed(m.connection)) return mqtt::HandleResult::retry_later;
-        if (m.connection != connection_seen) {
-            // What the previous connections left unacknowledged may now come back, with DUP.
-            filter.connection_started();
-            connection_seen = m.connection;
-        }
-        const int64_t now = clock.wall_ms();
-        if (m.duplicate && filter.is_redelivery(m.packet_id, m.topic, m.payload)) {
-            sp.count_redelivery_skipped();
-            return mqtt::HandleResult::accepted;
-        }
-        Result<uint64_t> appended;
-        if (m.payload.size() > payload_max) {
-            // Kept for inspection with its reason; counted by every pipeline it matches.
-            // MQTT topics are at most 65535 bytes, like the log's topic field, which the
-            // reason shares: the topic is cut to leave the reason room.
-            const std::string reason = "oversized: " + std::to_string(m.payload.size()) +
-                                       " bytes > max_payload " + std::to_string(payload_max);
-            appended = sp.log().append_malformed(
-                now, reason, m.topic.substr(0, log::topic_bytes_max - reason.size() - 1),
-                m.payload);
-        } else {
-            appended = sp.log().append(log::RecordType::message, now, m.topic, m.payload);
-        }
-        if (appended) filter.remember(m.packet_id, m.topic, m.payload);
-        if (!appended) {
-            sp.append_failed(appended.error().message);
-            return mqtt::HandleResult::retry_later;
-        }
-        last_append_ms.store(clock.steady_ms(), std::memory_order_relaxed);
-        sp.append_succeeded();
-        return mqtt::HandleResult::accepted;
-    };
-    std::vector<std::string> filters;
-    for (const auto& p : config.pipelines)
-        if (std::find(filters.begin(), filters.end(), p.topic_filter) == filters.end())
-            filters.push_back(p.topic_filter);
-    // Paho C runs every client of the process on one receive thread: holding a message in the
-    // callback would stall the forwarder that drains the outbox. So a full outbox pauses ingest
-    // by disconnecting it (the broker keeps the persistent session's messages) rather than by
-    // holding a message; only a log append that fails (disk full) holds one, briefly.
-    auto make_ingest = [&] {
-        mqtt::IngestOptions io;
-        io.accept_retained = config.source.accept_retained;
-        return mqtt::Ingest::create(source_broker_options(config), filters, handler, io);
-    };
+    appender_ = std::make_unique<LogAppender>(config_, *parts_, clock_);
+    for (const auto& p : config_.pipelines)
+        if (std::find(filters_.begin(), filters_.end(), p.topic_filter) == filters_.end())
+            filters_.push_back(p.topic_filter);
     auto ingest = make_ingest();
     if (!ingest) return std::unexpected(ingest.error());
+    ingest_ = std::move(*ingest);
+    ticker_ = std::make_unique<Ticker>(config_, *parts_, *appender_, clock_);
 
-    // The ticker: idle ticks (the engine's clock while nothing arrives) and interval fsync.
-    std::mutex ticker_mutex;
-    std::condition_variable ticker_cv;
-    bool ticker_stop = false;
-    std::thread ticker([&] {
-        std::unique_lock<std::mutex> lk(ticker_mutex);
-        int64_t next_sync_ms = clock.steady_ms() + config.storage.fsync_interval_ms;
-        while (!ticker_cv.wait_for(lk, ticker_wake, [&] { return ticker_stop; })) {
-            if (ingest_live.load() &&
-                clock.steady_ms() - last_append_ms.load(std::memory_order_relaxed) >=
-                    tick_interval_ms) {
-                std::lock_guard<std::mutex> guard(append_mutex);
-                auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), {}, {});
-                if (ok)
-                    last_append_ms.store(clock.steady_ms(), std::memory_order_relaxed);
-                else
-                    sp.append_failed(ok.error().message);
-            }
-            // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
-            // fdatasyncs a dup of the fd), so ingest never waits for the disk.
-            if (config.storage.fsync == config::FsyncPolicy::interval &&
-                clock.steady_ms() >= next_sync_ms) {
-                next_sync_ms = clock.steady_ms() + config.storage.fsync_interval_ms;
-                if (auto synced = sp.log().sync(); !synced)
-                    sp.append_failed(synced.error().message);
-            }
-        }
-    });
-
-    int64_t ingest_retry_ms = 0;
-    int ingest_failures = 0;
-    bool ingest_started = false;
-    auto try_start_ingest = [&] {
-        auto started = (*ingest)->start(std::chrono::seconds(5));
-        if (started) {
-            ingest_started = true;
-            spdlog::info("ingest: connected to {}", config.source.uri);
-            return;
-        }
-        ++ingest_failures;
-        ingest_retry_ms = clock.steady_ms() +
-                          mqtt::reconnect_delay(ingest_failures, ingest_retry_delay_min).count();
-        spdlog::warn("ingest: {} (retrying)", started.error().message);
-    };
-    auto stop_ingest = [&] {
-        ingest_live = false;
-        (*ingest)->stop(std::chrono::seconds(3));
-    };
     try_start_ingest();
-    notifier.ready();
-    notifier.status(ingest_started ? "running, connected to " + config.source.uri
-                                   : "running, gateway broker unreachable: retrying");
+    notifier_.ready();
+    notifier_.status(ingest_started_ ? "running, connected to " + config_.source.uri
+                                     : "running, gateway broker unreachable: retrying");
+    return {};
+}
 
-    int64_t next_checkpoint_ms = clock.steady_ms() + config.checkpoint.interval_ms;
-    int64_t next_health_ms = 0;
-    int64_t next_clock_ms = 0;
-    int64_t next_trim_ms = 0;
-    std::string last_status;
-    Result<void> failure;
-    while (!signals.stop.load()) {
-        if (signals.reload.exchange(false)) sp.reload(options.config_path, notifier);
-        if (sp.ingest_paused() && ingest_started) {
-            stop_ingest();
-            ingest = make_ingest();
-            if (!ingest) return std::unexpected(ingest.error());
-            ingest_started = false;
-            spdlog::warn("ingest paused: the outbox cannot take more results");
-        }
-        if (!ingest_started && !sp.ingest_paused() && clock.steady_ms() >= ingest_retry_ms)
-            try_start_ingest();
-        if (ingest_started && !sp.ingest_paused() && (*ingest)->connected()) {
-            std::lock_guard<std::mutex> guard(append_mutex);
-            ingest_live = mark_resumed((*ingest)->connection());
-        } else {
-            ingest_live = false;
-        }
+Result<void> Service::poll_ingest() {
+    ServiceParts& sp = *parts_;
+    if (sp.ingest_paused() && ingest_started_) {
+        stop_ingest();
+        auto ingest = make_ingest();
+        if (!ingest) return std::unexpected(ingest.error());
+        ingest_ = std::move(*ingest);
+        ingest_started_ = false;
+        spdlog::warn("ingest paused: the outbox cannot take more results");
+    }
+    if (!ingest_started_ && !sp.ingest_paused() && clock_.steady_ms() >= ingest_retry_ms_)
+        try_start_ingest();
+    const bool live = ingest_started_ && !sp.ingest_paused() && ingest_->connected();
+    appender_->set_live(live, live ? ingest_->connection() : 0);
+    return {};
+}
+
+void Service::poll_disk_and_clock(int64_t now) {
+    ServiceParts& sp = *parts_;
+    if (now >= next_trim_ms_ && sp.disk_full()) {
+        // Retention first frees what replay alone needs; then back-pressure (ingest holds
+        // the message, the outbox waits) until the disk has room again.
+        next_trim_ms_ = now + disk_full_trim_interval_ms;
+        sp.trim_for_disk_full();
+    }
+    if (now < next_clock_ms_) return;
+    next_clock_ms_ = now + clock_poll_interval_ms;
+    const bool trusted = sp.refresh_clock();
+    if (trusted == clock_trusted_logged_ || !appender_->append_clock_marker(trusted)) return;
+    clock_trusted_logged_ = trusted;
+    spdlog::warn("clock {}", trusted ? "synchronised: trusted from now on"
+                                     : "not synchronised: clamping and idle advance held until it "
+                                       "is");
+}
+
+void Service::refresh_health_if_due(int64_t now) {
+    if (now < next_health_ms_) return;
+    parts_->refresh_health(ingest_started_ ? ingest_.get() : nullptr);
+    next_health_ms_ =
+        now + std::min<int64_t>(config_.health.interval_ms, health_refresh_interval_ms_max);
+    std::string status = parts_->status_line();
+    if (status != last_status_) {
+        notifier_.status(status);
+        last_status_ = std::move(status);
+    }
+}
+
+Result<void> Service::loop() {
+    ServiceParts& sp = *parts_;
+    next_checkpoint_ms_ = clock_.steady_ms() + config_.checkpoint.interval_ms;
+    while (!signals_.stop.load()) {
+        if (signals_.reload.exchange(false)) sp.reload(options_.config_path, notifier_);
+        if (auto ok = poll_ingest(); !ok) return ok;
         if (auto poisoned = sp.log_failure()) {
             // Linux may have dropped the pages a failed fdatasync did not write: only a reopen
             // (a restart, by systemd) can tell what is durable.
-            failure = fail("log: " + *poisoned + "; exiting so that a restart reopens the log");
-            break;
+            return fail("log: " + *poisoned + "; exiting so that a restart reopens the log");
         }
-        const int64_t now = clock.steady_ms();
-        if (now >= next_trim_ms && sp.disk_full()) {
-            // Retention first frees what replay alone needs; then back-pressure (ingest holds
-            // the message, the outbox waits) until the disk has room again.
-            next_trim_ms = now + disk_full_trim_interval_ms;
-            sp.trim_for_disk_full();
-        }
-        if (now >= next_clock_ms) {
-            next_clock_ms = now + clock_poll_interval_ms;
-            const bool trusted = sp.refresh_clock();
-            if (trusted != clock_trusted_logged) {
-                std::lock_guard<std::mutex> guard(append_mutex);
-                const std::string_view marker =
-                    trusted ? clock_synchronised_tick : clock_unsynchronised_tick;
-                if (auto ok = sp.log().append(log::RecordType::tick, clock.wall_ms(), marker, {});
-                    ok) {
-                    clock_trusted_logged = trusted;
-                    spdlog::warn("clock {}", trusted ? "synchronised: trusted from now on"
-                                                     : "not synchronised: clamping and idle "
-                                                       "advance held until it is");
-                }
-            }
-        }
+        const int64_t now = clock_.steady_ms();
+        poll_disk_and_clock(now);
         auto step = sp.step(step_records_max, /*drain=*/false);
         if (!step) {
             spdlog::critical("engine: {}", step.error().message);
-            failure = std::unexpected(step.error());
-            break;
+            return std::unexpected(step.error());
         }
-        if (now >= next_checkpoint_ms && sp.can_checkpoint()) {
+        if (now >= next_checkpoint_ms_ && sp.can_checkpoint()) {
             if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
-            next_checkpoint_ms = now + config.checkpoint.interval_ms;
+            next_checkpoint_ms_ = now + config_.checkpoint.interval_ms;
         }
-        if (now >= next_health_ms) {
-            sp.refresh_health(ingest_started ? &**ingest : nullptr);
-            next_health_ms =
-                now + std::min<int64_t>(config.health.interval_ms, health_refresh_interval_ms_max);
-            std::string status = sp.status_line();
-            if (status != last_status) {
-                notifier.status(status);
-                last_status = status;
-            }
-        }
-        notifier.watchdog(now);
+        refresh_health_if_due(now);
+        notifier_.watchdog(now);
         if (*step == 0) std::this_thread::sleep_for(idle_sleep);
     }
+    return {};
+}
 
-    // Shutdown: no new messages, everything logged is processed, one last checkpoint.
-    notifier.stopping();
-    notifier.status("stopping");
-    stop_ingest();
-    {
-        std::lock_guard<std::mutex> lk(ticker_mutex);
-        ticker_stop = true;
-    }
-    ticker_cv.notify_all();
-    ticker.join();
-    Result<void> result = failure;
-    // Past a failed sync only what was durable before it is processed: the rest may not be on
-    // disk, and its results must not reach the outbox.
-    bool synced = false;
-    if (result) {
-        if (auto ok = sp.log().sync(); ok)
-            synced = true;
-        else
-            result = ok;
-    }
+Result<void> Service::drain_log(Result<void> result, bool synced) {
     bool drained = false;
     for (int i = 0; i < shutdown_drain_steps_max && !drained; ++i) {
-        auto step = sp.step(step_records_max, /*drain=*/synced);
+        auto step = parts_->step(step_records_max, /*drain=*/synced);
         if (!step) {
             if (result) result = std::unexpected(step.error());
             break;
@@ -359,6 +302,26 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
             "stopping before the log was processed to its end ({} steps); the rest is "
             "replayed on the next start",
             shutdown_drain_steps_max);
+    return result;
+}
+
+// No new messages, everything logged is processed, one last checkpoint.
+Result<void> Service::shutdown(Result<void> result) {
+    ServiceParts& sp = *parts_;
+    notifier_.stopping();
+    notifier_.status("stopping");
+    stop_ingest();
+    ticker_.reset();
+    // Past a failed sync only what was durable before it is processed: the rest may not be on
+    // disk, and its results must not reach the outbox.
+    bool synced = false;
+    if (result) {
+        if (auto ok = sp.log().sync(); ok)
+            synced = true;
+        else
+            result = ok;
+    }
+    result = drain_log(std::move(result), synced);
     if (sp.can_checkpoint()) {
         if (auto ok = sp.checkpoint(); !ok && result) result = ok;
     } else {
@@ -369,6 +332,18 @@ Result<void> run_service(const config::Config& config, const RunOptions& options
     sp.stop_clients();
     spdlog::info("stopped");
     return result;
+}
+
+}  // namespace
+
+Result<void> run_service(const config::Config& config, const RunOptions& options, Signals& signals,
+                         const core::Clock& clock) {
+    Service service(config, options, signals, clock);
+    auto recovered = service.open_and_recover();
+    if (!recovered) return std::unexpected(recovered.error());
+    if (!*recovered) return {};
+    if (auto started = service.start_ingest(); !started) return started;
+    return service.shutdown(service.loop());
 }
 
 }  // namespace tidemark::firmware

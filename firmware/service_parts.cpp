@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <nlohmann/json.hpp>
 
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
@@ -13,6 +12,7 @@
 #include "adapters/mqtt/ingest.h"
 #include "firmware/adapter_options.h"
 #include "firmware/alarms.h"
+#include "firmware/build_info.h"
 #include "firmware/clock.h"
 #include "firmware/health_report.h"
 #include "firmware/notify.h"
@@ -149,42 +149,34 @@ Result<void> ServiceParts::start_health() {
 }
 
 void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
-    using nlohmann::json;
     Impl& m = *impl_;
     EngineHost& host = *m.host;
-    const int64_t now_ms = m.clock.wall_ms();
     Alarms::Snapshot alarms = m.alarms.snapshot();
-    json h;
-    h["node"] = m.config.node_id;
-    h["time_ms"] = now_ms;
-    h["uptime_s"] = (m.clock.steady_ms() - m.started_steady_ms) / 1000;
-    h["clock"] = clock_report(alarms.clock);
-    json pipelines = json::object();
+    HealthFigures f;
+    f.node = m.config.node_id;
+    f.time_ms = m.clock.wall_ms();
+    f.uptime_s = (m.clock.steady_ms() - m.started_steady_ms) / 1000;
+    f.build = build_info();
+    f.clock = alarms.clock;
     for (uint32_t i = 0; i < m.config.pipelines.size(); ++i)
-        pipelines[m.config.pipelines[i].spec.name] = pipeline_report(
-            host.processor().engine().stats(i), host.processor().decode_counters()[i]);
-    h["pipelines"] = std::move(pipelines);
-    json in = ingest_report(ingest);
-    in["redeliveries_skipped"] = m.redeliveries_skipped.load();
-    in["append_errors"] = m.alarms.append_errors();
-    in["paused"] = m.alarms.ingest_paused();
-    in["malformed_records"] = host.processor().malformed_records();
-    h["ingest"] = std::move(in);
-    const log::LogStats ls = host.log().stats();
-    const log::ReaderStats rs = host.reader().stats();
-    h["log"] = log_report(ls, rs, host.consumed_offset());
-    if (log_damaged(ls, rs)) alarms.alarms.push_back("log_damaged");
-    h["checkpoint"] = checkpoint_report(host.checkpoint_stats(), now_ms);
-    if (auto os = host.store().outbox_stats()) h["outbox"] = outbox_report(*os, now_ms);
-    h["upstream"] = upstream_report(m.forwarder.get());
-    if (auto ss = host.store().side_stats()) h["side"] = side_report(*ss);
+        f.pipelines.push_back({m.config.pipelines[i].spec.name, &host.processor().engine().stats(i),
+                               &host.processor().decode_counters()[i]});
+    f.ingest = ingest;
+    f.ingest_counters = {m.redeliveries_skipped.load(), m.alarms.append_errors(),
+                         m.alarms.ingest_paused(), host.processor().malformed_records()};
+    f.log = host.log().stats();
+    f.reader = host.reader().stats();
+    f.engine_offset = host.consumed_offset();
+    if (log_damaged(f.log, f.reader)) alarms.alarms.push_back("log_damaged");
+    f.checkpoint = host.checkpoint_stats();
+    if (auto os = host.store().outbox_stats()) f.outbox = *os;
+    f.forwarder = m.forwarder.get();
+    if (auto ss = host.store().side_stats()) f.side = *ss;
     if (auto used = host.store().map_used_bytes())
-        h["map"] = {{"used_bytes", *used},
-                    {"size_bytes", host.store().map_size_bytes()},
-                    {"side_rows_dropped", host.side_rows_dropped()}};
-    h["rss_kib"] = rss_kib();
-    h["alarms"] = alarms.alarms;
-    std::string text = h.dump(-1, ' ', false, json::error_handler_t::replace);
+        f.map = MapFigures{*used, host.store().map_size_bytes(), host.side_rows_dropped()};
+    f.rss_kib = rss_kib();
+    f.alarms = alarms.alarms;
+    std::string text = health_record_json(f);
     std::string status = firmware::status_line(alarms.alarms, m.forwarder.get());
     std::lock_guard<std::mutex> lk(m.health_mutex);
     m.health_json = std::move(text);

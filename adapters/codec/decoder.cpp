@@ -328,4 +328,8 @@ DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, i
     return DecodeStatus::ok;
 }
 
+std::string_view json_kernel() {
+    return simdjson::get_active_implementation()->name();
+}
+
 }  // namespace tidemark::codec

@@ -58,6 +58,10 @@ enum class DecodeStatus : uint8_t {
 };
 std::string_view decode_status_name(DecodeStatus status);  // "ok", "not_utf8", ...
 
+/// The JSON parser's kernel chosen for this CPU at run time (simdjson: "haswell", "westmere",
+/// "arm64", "fallback", ...), for `tidemark --version` and health.
+std::string_view json_kernel();
+
 /// A key (or partition) longer than this is refused: it goes into topics and LMDB keys (whose
 /// limit is 511 bytes with the window bounds and pipeline id alongside).
 inline constexpr size_t key_bytes_max = 256;

@@ -7,9 +7,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "adapters/codec/decoder.h"
 #include "adapters/config/config.h"
+#include "adapters/log/crc32c.h"
 #include "adapters/log/log_writer.h"
+#include "firmware/build_info.h"
 #include "firmware/commands.h"
+#include "firmware/health_report.h"
 #include "firmware/service_parts.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"
@@ -121,4 +125,19 @@ TEST_CASE("health and inspect name the same figures the same way") {
     CHECK(health["outbox"]["rows"] == inspected["outbox"]["rows"]);
     CHECK(leaf_paths(health["side"]) == minus(leaf_paths(inspected["side"]), {"latest"}));
     CHECK(health["side"]["rows"] == inspected["side"]["rows"]);
+}
+
+TEST_CASE("health and --version name the CRC-32C path and the JSON kernel in use") {
+    const std::string crc32c(log::crc32c_implementation());
+    REQUIRE((crc32c == "sse4.2" || crc32c == "armv8" || crc32c == "software"));
+    firmware::HealthFigures figures;
+    figures.build = firmware::build_info();
+    const json health = json::parse(firmware::health_record_json(figures));
+    CHECK(health["build"]["crc32c"] == crc32c);
+    CHECK(firmware::version_text("9.8.7").rfind("tidemark 9.8.7\ncrc32c: " + crc32c, 0) == 0);
+    // simdjson's kernel: NEON ("arm64") on aarch64, "fallback" on armhf, a SIMD one on x86-64.
+    const std::string kernel(codec::json_kernel());
+    CHECK_FALSE(kernel.empty());
+    CHECK(health["build"]["json_kernel"] == kernel);
+    CHECK_THAT(firmware::version_text("9.8.7"), Catch::EndsWith("\njson: " + kernel));
 }

@@ -1,0 +1,132 @@
+#include "firmware/log_appender.h"
+
+#include <chrono>
+#include <string>
+
+#include "adapters/log/log_writer.h"
+#include "adapters/mqtt/redelivery_filter.h"
+#include "firmware/processor.h"
+#include "firmware/service_parts.h"
+
+namespace tidemark::firmware {
+
+namespace {
+
+// Ingest appends a tick when nothing else was appended for this long.
+constexpr int64_t tick_interval_ms = 1000;
+// How often the ticker wakes to look at the tick interval and fsync_interval.
+constexpr auto ticker_wake = std::chrono::milliseconds(100);
+
+}  // namespace
+
+LogAppender::LogAppender(const config::Config& config, ServiceParts& parts,
+                         const core::Clock& clock)
+    : config_(config), parts_(parts), clock_(clock), last_append_steady_ms_(clock.steady_ms()) {}
+
+bool LogAppender::mark_resumed(uint64_t connection) {
+    if (connection == resumed_for_) return true;
+    auto ok = parts_.log().append(log::RecordType::tick, clock_.wall_ms(), ingest_resumed_tick, {});
+    if (!ok) {
+        parts_.append_failed(ok.error().message);
+        return false;
+    }
+    resumed_for_ = connection;
+    return true;
+}
+
+mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!mark_resumed(m.connection)) return mqtt::HandleResult::retry_later;
+    mqtt::RedeliveryFilter& filter = parts_.redelivery_filter();
+    if (m.connection != connection_seen_) {
+        // What the previous connections left unacknowledged may now come back, with DUP.
+        filter.connection_started();
+        connection_seen_ = m.connection;
+    }
+    const int64_t now = clock_.wall_ms();
+    if (m.duplicate && filter.is_redelivery(m.packet_id, m.topic, m.payload)) {
+        parts_.count_redelivery_skipped();
+        return mqtt::HandleResult::accepted;
+    }
+    const uint64_t payload_max = config_.source.max_payload_bytes;
+    Result<uint64_t> appended;
+    if (m.payload.size() > payload_max) {
+        // Kept for inspection with its reason; counted by every pipeline it matches.
+        // MQTT topics are at most 65535 bytes, like the log's topic field, which the
+        // reason shares: the topic is cut to leave the reason room.
+        const std::string reason = "oversized: " + std::to_string(m.payload.size()) +
+                                   " bytes > max_payload " + std::to_string(payload_max);
+        appended = parts_.log().append_malformed(
+            now, reason, m.topic.substr(0, log::topic_bytes_max - reason.size() - 1), m.payload);
+    } else {
+        appended = parts_.log().append(log::RecordType::message, now, m.topic, m.payload);
+    }
+    if (appended) filter.remember(m.packet_id, m.topic, m.payload);
+    if (!appended) {
+        parts_.append_failed(appended.error().message);
+        return mqtt::HandleResult::retry_later;
+    }
+    last_append_steady_ms_.store(clock_.steady_ms(), std::memory_order_relaxed);
+    parts_.append_succeeded();
+    return mqtt::HandleResult::accepted;
+}
+
+void LogAppender::set_live(bool live, uint64_t connection) {
+    if (!live) {
+        live_ = false;
+        return;
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    live_ = mark_resumed(connection);
+}
+
+void LogAppender::tick_if_idle(int64_t interval_ms) {
+    if (!live_.load() ||
+        clock_.steady_ms() - last_append_steady_ms_.load(std::memory_order_relaxed) < interval_ms)
+        return;
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto ok = parts_.log().append(log::RecordType::tick, clock_.wall_ms(), {}, {});
+    if (ok)
+        last_append_steady_ms_.store(clock_.steady_ms(), std::memory_order_relaxed);
+    else
+        parts_.append_failed(ok.error().message);
+}
+
+bool LogAppender::append_clock_marker(bool trusted) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const std::string_view marker = trusted ? clock_synchronised_tick : clock_unsynchronised_tick;
+    return parts_.log().append(log::RecordType::tick, clock_.wall_ms(), marker, {}).has_value();
+}
+
+Ticker::Ticker(const config::Config& config, ServiceParts& parts, LogAppender& appender,
+               const core::Clock& clock)
+    : config_(config), parts_(parts), appender_(appender), clock_(clock) {
+    thread_ = std::thread([this] { run(); });
+}
+
+Ticker::~Ticker() {
+    {
+        std::lock_guard<std::mutex> lk(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+}
+
+void Ticker::run() {
+    std::unique_lock<std::mutex> lk(mutex_);
+    int64_t next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
+    while (!wake_.wait_for(lk, ticker_wake, [&] { return stop_; })) {
+        appender_.tick_if_idle(tick_interval_ms);
+        // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
+        // fdatasyncs a dup of the fd), so ingest never waits for the disk.
+        if (config_.storage.fsync == config::FsyncPolicy::interval &&
+            clock_.steady_ms() >= next_sync_ms) {
+            next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
+            if (auto synced = parts_.log().sync(); !synced)
+                parts_.append_failed(synced.error().message);
+        }
+    }
+}
+
+}  // namespace tidemark::firmware
