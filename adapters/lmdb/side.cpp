@@ -20,11 +20,10 @@ namespace {
 
 constexpr std::string_view side_append_what = "appending side output";
 
-// A side record to append: its stored value, and its log position (nullopt from the deprecated
-// overload: no dedupe, the high-water stays).
+// A side record to append: its stored value, and its log position.
 struct SideValue {
     std::string value;
-    std::optional<SidePosition> position;
+    SidePosition position;
 };
 
 struct SideCounters {
@@ -111,11 +110,11 @@ StoreResult<SideAppendResult> append_side(Store::Impl& impl, uint64_t side_bytes
             SideCounters c = before;
             SideAppendResult res;
             for (const SideValue& s : values) {
-                if (s.position && c.high_water && *s.position <= *c.high_water) {
+                if (c.high_water && s.position <= *c.high_water) {
                     ++res.duplicates_skipped;
                     continue;
                 }
-                if (s.position) c.high_water = s.position;
+                c.high_water = s.position;
                 if (auto p = impl.put(txn, impl.side, u64_key(c.seq_next++), s.value, MDB_APPEND,
                                       side_append_what);
                     !p)
@@ -147,21 +146,6 @@ StoreResult<SideAppendResult> Store::side_append(std::span<const SideRecord> rec
         values.push_back(
             {encode_side_row(r.pipeline, r.key, r.record), SidePosition{r.log_offset, r.ordinal}});
     return append_side(*impl_, options_.side_bytes_max, values);
-}
-
-StoreResult<void> Store::side_append(std::span<const std::string> records) {
-    TM_WRITABLE();
-    std::vector<SideValue> values(records.size());
-    for (size_t i = 0; i < records.size(); ++i) {
-        if (!encode_side_row_without_columns(records[i], values[i].value))
-            return std::unexpected(StoreError{
-                errc::invalid, "LMDB store " + dir() + ": side record " + std::to_string(i) +
-                                   " begins with a NUL byte; records are JSON text. Nothing "
-                                   "was written"});
-    }
-    auto r = append_side(*impl_, options_.side_bytes_max, values);
-    if (!r) return std::unexpected(r.error());
-    return {};
 }
 
 StoreResult<std::vector<SideRow>> Store::side_peek(uint64_t from_seq, size_t limit) {

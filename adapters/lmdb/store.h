@@ -133,12 +133,6 @@ class Store {
     /// Each record's pipeline and key are stored beside it (side_peek returns them); a row's cost
     /// against side_bytes_max is its record, pipeline and key plus 21 bytes.
     StoreResult<SideAppendResult> side_append(std::span<const SideRecord> records);
-    /// Deprecated: appends without a position, so nothing is deduplicated (nor moves the
-    /// high-water), and without columns (rows come back with columns_known = false), in the
-    /// format older stores hold: a row costs its record plus 8 bytes. A record beginning with a
-    /// NUL byte is refused (errc::invalid): it would read back as a row with columns.
-    /// TODO(issue 15): remove once tests/firmware/inspect_test.cpp passes SideRecords.
-    StoreResult<void> side_append(std::span<const std::string> records);
     /// Up to limit rows with seq >= from_seq, in seq order. A row whose columns are garbled is
     /// refused as errc::corrupt, like a garbled outbox row.
     StoreResult<std::vector<SideRow>> side_peek(uint64_t from_seq, size_t limit);

@@ -43,14 +43,28 @@ class CollectSink : public firmware::ProcessorSink {
         row.payload = "{}";
         rows.push_back(std::move(row));
     }
-    void side_output(const core::SideOutput&) override {
-        side.push_back(R"({"pipeline": "temp_1m", "reason": "too_late", "key": "dev-0"})");
+    void side_output(const core::SideOutput& out) override {
+        side.emplace_back(out.order, next_ordinal(out.order),
+                          R"({"pipeline": "temp_1m", "reason": "too_late", "key": "dev-0"})",
+                          "temp_1m", out.key);
     }
-    void malformed(uint32_t, const log::Record&, std::string_view reason) override {
-        side.push_back(json{{"pipeline", "temp_1m"}, {"malformed", std::string(reason)}}.dump());
+    void malformed(uint32_t, const log::Record& record, std::string_view reason) override {
+        side.emplace_back(record.offset, next_ordinal(record.offset),
+                          json{{"pipeline", "temp_1m"}, {"malformed", std::string(reason)}}.dump(),
+                          "temp_1m", "");
     }
     std::vector<lmdb::OutboxRow> rows;
-    std::vector<std::string> side;
+    std::vector<lmdb::SideRecord> side;
+
+  private:
+    // Side records of one log record are numbered 0, 1, ... (the store skips repeats by position).
+    uint32_t next_ordinal(uint64_t offset) {
+        if (offset != last_offset_) ordinal_ = 0;
+        last_offset_ = offset;
+        return ordinal_++;
+    }
+    uint64_t last_offset_ = UINT64_MAX;
+    uint32_t ordinal_ = 0;
 };
 
 struct Written {

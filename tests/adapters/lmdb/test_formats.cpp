@@ -50,15 +50,10 @@ TEST_CASE("side rows carry their pipeline and key as columns beside the record",
     {
         auto s = open_store(tmp.store());
         REQUIRE(s->side_append(records));
-        // The deprecated overload stores no columns: its rows say so.
-        REQUIRE(s->side_append(std::vector<std::string>{R"({"pipeline":"temp_1m"})"}));
-        auto refused = s->side_append(std::vector<std::string>{std::string("\0{}", 3)});
-        REQUIRE_FALSE(refused);
-        CHECK(refused.error().code == errc::invalid);
     }
     auto s = open_store(tmp.store());
     const std::vector<SideRow> rows = s->side_peek(0, 100).value();
-    REQUIRE(rows.size() == records.size() + 1);
+    REQUIRE(rows.size() == records.size());
     uint64_t bytes = 0;
     for (size_t i = 0; i < records.size(); ++i) {
         INFO("row " << i);
@@ -68,10 +63,6 @@ TEST_CASE("side rows carry their pipeline and key as columns beside the record",
         CHECK(rows[i].key == records[i].key);
         bytes += records[i].record.size() + records[i].pipeline.size() + records[i].key.size() + 21;
     }
-    CHECK_FALSE(rows.back().columns_known);
-    CHECK(rows.back().record == R"({"pipeline":"temp_1m"})");
-    CHECK(rows.back().pipeline.empty());
-    bytes += rows.back().record.size() + 8;
     CHECK(s->side_stats()->bytes == bytes);
 }
 

@@ -404,7 +404,7 @@ TEST_CASE("a read-only store reads beside a writer in another process", "[lmdb]"
     REQUIRE(!w);
     CHECK(w.error().code == errc::invalid);
     CHECK(!ro->begin_checkpoint());
-    CHECK(!ro->side_append(std::vector<std::string>{"x"}));
+    CHECK(!ro->side_append(std::vector<SideRecord>{{1, 0, "x", "p", "k"}}));
 
     REQUIRE(write(to_child[1], "n", 1) == 1);
     REQUIRE(read(to_parent[0], &c, 1) == 1);
@@ -522,9 +522,10 @@ TEST_CASE("a map filled to MAP_FULL can still be emptied: deletes, id pruning, s
     auto opened = Store::open(o);
     REQUIRE(opened);
     auto& s = *opened;
-    std::vector<std::string> side;
+    std::vector<SideRecord> side;
     for (int i = 0; i < 40; ++i)
-        side.push_back("side " + std::string(payload_bytes, 's') + std::to_string(i));
+        side.emplace_back(uint64_t(i), 0,
+                          "side " + std::string(payload_bytes, 's') + std::to_string(i), "p", "k");
     REQUIRE(s->side_append(side));
     // Batches first, then single rows: the map ends as full as appends can make it.
     uint64_t n = 1;
@@ -541,8 +542,9 @@ TEST_CASE("a map filled to MAP_FULL can still be emptied: deletes, id pruning, s
             n += batch_rows;
         }
     }
-    for (;;) {
-        auto r = s->side_append(std::span<const std::string>(side).first(1));
+    for (uint64_t offset = side.size();; ++offset) {
+        const SideRecord more(offset, 0, side.front().record, "p", "k");
+        auto r = s->side_append(std::span<const SideRecord>(&more, 1));
         if (!r) {
             REQUIRE(r.error().code == errc::map_full);
             break;
