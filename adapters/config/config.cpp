@@ -193,7 +193,8 @@ ConfigResult parse_config(std::string_view text, const std::string& base_dir_for
     DuplicateKeyFinder duplicates;
     try {
         root = Json::parse(text.begin(), text.end(), std::ref(duplicates));
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
+        // parse_error, and out_of_range for a number no double holds (1e400).
         std::string message = e.what();
         if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
         return std::unexpected(

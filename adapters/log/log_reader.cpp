@@ -285,7 +285,10 @@ Result<LogReader::AtEnd> LogReader::at_file_end(uint64_t need, uint64_t end_offs
     if (!rechecked) return AtEnd::read_again;
     if (end_ != begin_) return past_damage();
     uint64_t next_first = position_;
-    auto opened = open_segment(next_first);
+    // An empty file before a later segment would name itself as its successor: reopening it
+    // would loop forever. The records between it and the later segment are missing: a gap.
+    Result<bool> opened =
+        next_first == segment_first_ ? Result<bool>(false) : open_segment(next_first);
     if (!opened) return std::unexpected(opened.error());
     if (!*opened) {
         return fail("the log in " + dir_ + " has no segment at offset " +

@@ -89,10 +89,34 @@ Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view 
         const char sub = rest[0];
         rest.remove_prefix(1);
         if (sub == 'm') return read_key_meta(*k, value);
-        if (sub == 'u') return read_unit(*k, value);
+        if (sub == 'u') {
+            int64_t key_start;
+            if (!bytes::get_i64_sortable(rest, key_start) || !rest.empty())
+                return fail("damaged window key of '" + k->key + "'");
+            return read_unit(*k, value, key_start);
+        }
         return fail("unknown key record type");
     }
     return fail("unknown state record type");
+}
+
+// The windows of a restored key fit this definition (checked once the stored definition is
+// known to be this one): on the slice grid for tumbling and hopping; for sessions, no longer
+// than max_duration and not overlapping. A damaged store must be refused, not trip an
+// assertion on the first event.
+Result<void> PipelineRun::check_units(const KeyState& k) const {
+    for (size_t i = 0; i < k.units.size(); ++i) {
+        const Unit& u = k.units[i];
+        const int64_t span = u.end - u.start;  // > 0 and no overflow: read_unit checked
+        int64_t from_offset = 0;
+        const bool fits =
+            session_
+                ? span <= spec_.window.max_duration_ms && (i == 0 || k.units[i - 1].end <= u.start)
+                : span == slice_ms_ && !__builtin_sub_overflow(u.start, offset_ms_, &from_offset) &&
+                      from_offset % slice_ms_ == 0;
+        if (!fits) return fail("damaged window bounds of '" + k.key + "'");
+    }
+    return {};
 }
 
 Result<void> PipelineRun::restore_finish() {
@@ -120,6 +144,7 @@ Result<void> PipelineRun::restore_finish() {
     keys_.for_each([&](KeyState& k) { keys.push_back(&k); });
     for (KeyState* k : keys) {
         if (!k->partition) return fail("key record without its partition");
+        if (auto fits = check_units(*k); !fits) return fits;
         k->domain = scope_partition_ ? k->partition->domain.get() : &global_;
         units_total_ += k->units.size();
         fired_total_ += k->fired.size();

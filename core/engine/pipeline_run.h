@@ -164,7 +164,8 @@ class PipelineRun {
     std::string unit_key(std::string_view key, int64_t start) const;
     void write_key(StateWriter& w, KeyState& k, bool all, std::string& value);
     Result<void> read_key_meta(KeyState& k, std::string_view in);
-    Result<void> read_unit(KeyState& k, std::string_view in);
+    Result<void> read_unit(KeyState& k, std::string_view in, int64_t key_start);
+    Result<void> check_units(const KeyState& k) const;
     void write_partition(StateWriter& w, const Partition& p, std::string& value);
     Result<void> read_partition(std::string_view name, std::string_view in);
     void write_meta(StateWriter& w, std::string& value);

@@ -132,10 +132,16 @@ Result<void> PipelineRun::read_key_meta(KeyState& k, std::string_view in) {
     return {};
 }
 
-Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in) {
+Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in, int64_t key_start) {
     Unit u;
     if (!bytes::get_i64(in, u.start) || !bytes::get_i64(in, u.end) || in.empty())
         return fail("damaged window of '" + k.key + "'");
+    // The start is in the record's key too: a window whose value says otherwise would be
+    // erased under a key that is not stored, and the record left behind. Whether the window
+    // fits this definition's grid is checked in restore_finish(), after the definition itself.
+    int64_t span = 0;
+    if (u.start != key_start || u.end <= u.start || __builtin_sub_overflow(u.end, u.start, &span))
+        return fail("damaged window bounds of '" + k.key + "'");
     u.fired = in[0] != 0;
     in.remove_prefix(1);
     if (!bytes::get_u32(in, u.revision) || !get_values(in, u.values) || !aggs_.decode(in, u.state))

@@ -1,5 +1,8 @@
 /* See fault_fs.h. */
 #define _GNU_SOURCE
+// The shim defines open() and open64() both; with 64-bit file offsets on a 32-bit target (armhf)
+// glibc would rename open to open64 and the two would clash.
+#undef _FILE_OFFSET_BITS
 #include "fault_fs.h"
 
 #include <dlfcn.h>

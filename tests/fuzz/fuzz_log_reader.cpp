@@ -126,7 +126,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 const size_t j = in.below(static_cast<uint32_t>(written.size()));
                 const uint64_t len_i =
                     (i + 1 < written.size() ? written[i + 1].offset : end) - written[i].offset;
-                if (written[j].offset + len_i <= all.size()) {
+                // Both inside what is left (an earlier cut may have shortened it).
+                if (written[i].offset + len_i <= all.size() &&
+                    written[j].offset + len_i <= all.size()) {
                     all.replace(written[j].offset, len_i, all.substr(written[i].offset, len_i));
                     if (i != j) damaged_from = std::min(damaged_from, written[j].offset);
                 }

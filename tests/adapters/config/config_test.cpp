@@ -230,6 +230,10 @@ TEST_CASE("every class of mistake is named by pointer and sentence", "[config]")
         CHECK_THAT(message, Catch::StartsWith("the config is not valid JSON"));
         CHECK_THAT(message, Catch::Contains("line 3, column"));
     }
+    SECTION("a number no double holds is refused, not thrown (found by fuzz_config)") {
+        auto message = only_error(R"({"a":1e400})", "");
+        CHECK_THAT(message, Catch::StartsWith("the config is not valid JSON"));
+    }
     SECTION("the root must be an object") {
         CHECK(only_error("[]", "") == "the config must be a JSON object, not an array");
     }
