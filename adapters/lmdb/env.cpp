@@ -232,6 +232,16 @@ StoreResult<uint64_t> Store::Impl::get_u64(MDB_txn* txn, std::string_view key,
     return out;
 }
 
+StoreResult<void> Store::Impl::get_u64s(MDB_txn* txn, std::initializer_list<Counter> counters,
+                                        std::string_view what) {
+    for (const Counter& c : counters) {
+        auto v = get_u64(txn, c.key, what);
+        if (!v) return std::unexpected(v.error());
+        *c.out = *v;
+    }
+    return {};
+}
+
 StoreResult<void> Store::Impl::put_u64(MDB_txn* txn, std::string_view key, uint64_t v,
                                        std::string_view what) {
     return put(txn, meta, key, u64_value(v), 0, what);

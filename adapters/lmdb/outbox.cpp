@@ -50,18 +50,14 @@ struct OutboxCounters {
 
 StoreResult<OutboxCounters> load_outbox_counters(Store::Impl& impl, MDB_txn* txn) {
     OutboxCounters c;
-    struct Field {
-        std::string_view key;
-        uint64_t* out;
-    };
-    for (Field f :
-         {Field{meta_outbox_seq_next, &c.seq_next}, Field{meta_outbox_bytes, &c.bytes},
-          Field{meta_outbox_dropped, &c.dropped}, Field{meta_outbox_duplicates, &c.duplicates},
-          Field{meta_outbox_compacted, &c.compacted}}) {
-        auto v = impl.get_u64(txn, f.key, "reading outbox counters");
-        if (!v) return std::unexpected(v.error());
-        *f.out = *v;
-    }
+    auto read = impl.get_u64s(txn,
+                              {{meta_outbox_seq_next, &c.seq_next},
+                               {meta_outbox_bytes, &c.bytes},
+                               {meta_outbox_dropped, &c.dropped},
+                               {meta_outbox_duplicates, &c.duplicates},
+                               {meta_outbox_compacted, &c.compacted}},
+                              "reading outbox counters");
+    if (!read) return std::unexpected(read.error());
     if (c.seq_next < seq_first)
         return std::unexpected(StoreError{errc::corrupt, "LMDB store " + impl.dir +
                                                              ": outbox_seq_next is missing. Move "

@@ -33,17 +33,13 @@ struct SideCounters {
 
 StoreResult<SideCounters> load_side_counters(Store::Impl& impl, MDB_txn* txn) {
     SideCounters c;
-    struct Field {
-        std::string_view key;
-        uint64_t* out;
-    };
-    for (Field f :
-         {Field{meta_side_seq_next, &c.seq_next}, Field{meta_side_bytes, &c.bytes},
-          Field{meta_side_dropped, &c.dropped}, Field{meta_side_duplicates, &c.duplicates}}) {
-        auto v = impl.get_u64(txn, f.key, side_append_what);
-        if (!v) return std::unexpected(v.error());
-        *f.out = *v;
-    }
+    auto read = impl.get_u64s(txn,
+                              {{meta_side_seq_next, &c.seq_next},
+                               {meta_side_bytes, &c.bytes},
+                               {meta_side_dropped, &c.dropped},
+                               {meta_side_duplicates, &c.duplicates}},
+                              side_append_what);
+    if (!read) return std::unexpected(read.error());
     c.seq_next = std::max(c.seq_next, seq_first);
     auto high_water = impl.get(txn, impl.meta, meta_side_high_water, side_append_what);
     if (!high_water) return std::unexpected(high_water.error());

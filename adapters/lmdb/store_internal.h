@@ -6,6 +6,7 @@
 #include <lmdb.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -173,6 +174,13 @@ struct Store::Impl {
 
     // A meta counter; 0 when missing.
     StoreResult<uint64_t> get_u64(MDB_txn* txn, std::string_view key, std::string_view what);
+    // Several meta counters at once, each into its place.
+    struct Counter {
+        std::string_view key;
+        uint64_t* out;
+    };
+    StoreResult<void> get_u64s(MDB_txn* txn, std::initializer_list<Counter> counters,
+                               std::string_view what);
     StoreResult<void> put_u64(MDB_txn* txn, std::string_view key, uint64_t v,
                               std::string_view what);
 
