@@ -26,6 +26,11 @@ namespace {
 // (the health publisher's retained "offline"); within systemd's stop timeout with room to spare.
 constexpr auto client_stop_timeout = std::chrono::seconds(2);
 
+// Rows in flight on a link that is up and no acknowledgement for this long: the alarm
+// upstream_stalled (a proxy or broker that takes TCP and never answers). Well before the
+// forwarder's ack timeout (30 s) gives the link up, and held while the next link stalls too.
+constexpr int64_t upstream_stall_alarm_ms = 10'000;
+
 }  // namespace
 
 // Members in construction order: the host refers to config, clock and alarms; the sources and
@@ -44,6 +49,10 @@ struct ServiceParts::Impl {
     std::unique_ptr<mqtt::Forwarder> forwarder;
     std::unique_ptr<mqtt::HealthPublisher> health;
     std::atomic<uint64_t> redeliveries_skipped{0};
+    // The forwarder's acks at the last health refresh, and since when (steady) they have not
+    // moved with rows in flight: for upstream_stalled. Engine thread only.
+    uint64_t upstream_acks_seen = 0;
+    int64_t upstream_acks_since_ms = 0;
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";  // under health_mutex
@@ -168,6 +177,16 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.reader = host.reader().stats();
     f.engine_offset = host.consumed_offset();
     if (log_damaged(f.log, f.reader)) alarms.alarms.push_back("log_damaged");
+    if (m.forwarder) {
+        const mqtt::ForwarderStats fs = m.forwarder->stats();
+        const int64_t now = m.clock.steady_ms();
+        if (fs.acks != m.upstream_acks_seen || fs.inflight == 0 || !fs.link_up) {
+            m.upstream_acks_seen = fs.acks;
+            m.upstream_acks_since_ms = now;
+        } else if (now - m.upstream_acks_since_ms >= upstream_stall_alarm_ms) {
+            alarms.alarms.push_back("upstream_stalled");
+        }
+    }
     f.checkpoint = host.checkpoint_stats();
     if (auto os = host.store().outbox_stats()) f.outbox = *os;
     f.forwarder = m.forwarder.get();

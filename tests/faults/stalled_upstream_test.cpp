@@ -35,6 +35,7 @@ TEST_CASE("a stalled upstream link is shown in health, abandoned, and loses no r
     Load load(publisher, 20, load_base_ms());
     bool stall_seen = false;    // link up, rows in flight, nothing acknowledged, the outbox ageing
     bool timeout_seen = false;  // the forwarder said why it gave the link up
+    bool alarm_seen = false;    // health's alarms said upstream_stalled
     json stalled, after_timeout;
     const auto deadline = std::chrono::steady_clock::now() + 150s;
     auto next_sample = std::chrono::steady_clock::now() + 1s;
@@ -52,6 +53,8 @@ TEST_CASE("a stalled upstream link is shown in health, abandoned, and loses no r
             stall_seen = true;
             stalled = h;
         }
+        for (const auto& alarm : h.value("alarms", json::array()))
+            if (alarm == "upstream_stalled") alarm_seen = true;
         if (hget(h, "/upstream/last_error", std::string()).find("no acknowledgement") !=
             std::string::npos) {
             if (!timeout_seen) after_timeout = h;
@@ -66,6 +69,7 @@ TEST_CASE("a stalled upstream link is shown in health, abandoned, and loses no r
     REQUIRE(proxy.connections() >= 3);
     CHECK(stall_seen);
     CHECK(timeout_seen);
+    CHECK(alarm_seen);
     CHECK(proxy.swallowed_bytes() > 0);
 
     REQUIRE(wait_until(
@@ -89,6 +93,7 @@ TEST_CASE("a stalled upstream link is shown in health, abandoned, and loses no r
         20s);
     const json end = fresh_health(health);
     INFO("health at the end: " << end.dump());
+    CHECK(end.value("alarms", json::array()).empty());  // upstream_stalled is gone
     CHECK(hget(end, "/upstream/reconnects", int64_t{0}) >= 2);
     CHECK(hget(end, "/outbox/dropped", int64_t{-1}) == 0);
     REQUIRE(daemon.terminate() == 0);
