@@ -12,7 +12,7 @@ using tidemark::core::detail::Product128;
 namespace {
 
 // splitmix64: a fixed sequence, so a failure names its pair.
-uint64_t next(uint64_t& state) {
+[[maybe_unused]] uint64_t next(uint64_t& state) {  // unused without __int128 (armhf)
     uint64_t z = (state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
