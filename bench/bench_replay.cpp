@@ -49,7 +49,8 @@ class EncodeSink : public firmware::ProcessorSink {
             names_.push_back(a.name);
     }
     void emit(const core::Emission& e) override {
-        codec::encode_result(config_.node_id, config_.pipelines[0].spec.name, names_, e, line_);
+        codec::encode_result(config_.node_id, config_.pipelines[0].spec.name, names_, e, line_,
+                             config_.pipelines[0].spec.version);
         ++results;
         bytes += line_.size();
     }

@@ -35,8 +35,12 @@ std::string_view closed_by_name(ClosedBy closed_by) {
 // spread over the whole 64 bits. Ids are how upstream dedupes: this must never change
 // (tests/core/hash_test.cpp holds golden values). FNV-1a is sequential, so the (node, pipeline)
 // part is hashed once per pipeline and continued per emission.
-uint64_t emission_id_seed(std::string_view node, std::string_view pipeline) {
-    return hash::fnv1a_str(hash::fnv1a_str(hash::fnv_offset, node), pipeline);
+// The version joined the id with pipeline versions; it is hashed only when there is one, so that
+// the ids of a definition without a version (tests that predate versions) stayed as they were.
+uint64_t emission_id_seed(std::string_view node, std::string_view pipeline,
+                          std::string_view version) {
+    const uint64_t h = hash::fnv1a_str(hash::fnv1a_str(hash::fnv_offset, node), pipeline);
+    return version.empty() ? h : hash::fnv1a_str(h, version);
 }
 
 uint64_t emission_id_from_seed(uint64_t seed, std::string_view key, int64_t start_ms,

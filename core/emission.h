@@ -33,11 +33,14 @@ struct Emission {
 };
 
 /// A stable 64-bit id of (node, pipeline, key, window, revision, kind): the same in every run.
+/// The pipeline's version is part of it through emission_id_seed.
 uint64_t emission_id(std::string_view node, std::string_view pipeline, std::string_view key,
                      int64_t start_ms, int64_t end_ms, uint32_t revision, EmissionKind kind);
 /// emission_id() in two steps, for a caller that emits many ids of one (node, pipeline): the
-/// seed depends on those two only; emission_id_from_seed(seed, ...) equals emission_id(...).
-uint64_t emission_id_seed(std::string_view node, std::string_view pipeline);
+/// seed depends on those only; emission_id_from_seed(seed, ...) equals emission_id(...) for an
+/// empty version. A non-empty version (PipelineSpec::version) is hashed after the pipeline.
+uint64_t emission_id_seed(std::string_view node, std::string_view pipeline,
+                          std::string_view version = {});
 uint64_t emission_id_from_seed(uint64_t seed, std::string_view key, int64_t start_ms,
                                int64_t end_ms, uint32_t revision, EmissionKind kind);
 

@@ -31,7 +31,7 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
       node_id_(node_id),
       spec_(spec),
       aggs_(spec.aggregates, spec.quantile),
-      prefix_(state_key_prefix(spec.name)),
+      prefix_(state_key_prefix(spec.state_name.empty() ? spec.name : spec.state_name)),
       session_(spec.window.type == WindowType::session),
       scope_partition_(spec.watermark.scope == WatermarkScope::partition),
       lateness_ms_(spec.late.allowed_lateness_ms),
@@ -44,7 +44,7 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
     fresh_ = aggs_.make();
     scratch_ = fresh_;
     unit_bytes_ = aggs_.bytes_per_window() + sizeof(Unit);
-    id_seed_ = emission_id_seed(node_id_, spec_.name);
+    id_seed_ = emission_id_seed(node_id_, spec_.name, spec_.version);
 }
 
 void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
@@ -312,11 +312,14 @@ Result<void> Engine::restore_entry(std::string_view key, std::string_view value)
     if (rest.empty() || rest[0] != '\x01') return fail("a state key of an unknown format");
     rest.remove_prefix(1);
     if (!bytes::get_str(rest, name)) return fail("a damaged state key");
-    auto it = impl_->by_name.find(name);
-    if (it == impl_->by_name.end())
+    auto it = std::find_if(impl_->specs.begin(), impl_->specs.end(), [&](const PipelineSpec& s) {
+        return (s.state_name.empty() ? s.name : s.state_name) == name;
+    });
+    if (it == impl_->specs.end())
         return fail("the store holds state of pipeline '" + std::string(name) +
                     "', which is not in the config");
-    auto ok = impl_->pipelines[it->second]->restore_entry(rest, value);
+    auto ok = impl_->pipelines[static_cast<size_t>(it - impl_->specs.begin())]->restore_entry(
+        rest, value);
     if (!ok) return fail("pipeline '" + std::string(name) + "': " + ok.error().message);
     return {};
 }

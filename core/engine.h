@@ -120,7 +120,8 @@ class Engine {
     Result<void> restore_entry(std::string_view key, std::string_view value);
     Result<void> restore_finish();
 
-    /// The state's keys for a pipeline all start with this prefix (so a store can drop one).
+    /// The state's keys for a pipeline all start with this prefix (so a store can drop one);
+    /// `pipeline_name` is its state name (PipelineSpec::state_name when set, else name).
     static std::string state_prefix(std::string_view pipeline_name);
     /// The pipeline a state key belongs to; none for a key the engine did not write.
     static std::optional<std::string> pipeline_of_state_key(std::string_view key);

@@ -52,6 +52,12 @@ struct Limits {
 
 struct PipelineSpec {
     std::string name;
+    // The version of this definition (DESIGN.md section 4): in every result and its id. Empty
+    // only in tests that predate versions.
+    std::string version;
+    // The name the state is stored under, when it is not `name`: a backfilling version keeps
+    // its state apart from the live version of the same pipeline ("name@version").
+    std::string state_name;
     std::vector<std::string> fields;  // names of Event::fields, in order
     WindowSpec window;
     WatermarkSpec watermark;

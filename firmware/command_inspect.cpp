@@ -17,6 +17,7 @@
 #include "firmware/health_report.h"
 #include "firmware/processor.h"
 #include "firmware/time_text.h"
+#include "firmware/version_plan.h"
 
 namespace tidemark::firmware {
 
@@ -119,16 +120,46 @@ json pipeline_stats(const std::string& name, const core::PipelineStats& s,
     return j;
 }
 
-// Restores the stored state into a fresh processor built from the config, as recovery would.
-json inspect_pipelines(const config::Config& config, lmdb::Store& store) {
+// The config's versions against the store's (version_plan.h).
+json versions_section(const std::vector<VersionPlan>& plan) {
+    json list = json::array();
+    for (const VersionPlan& v : plan)
+        list.push_back(
+            {{"name", v.pipeline},
+             {"version", v.version},
+             {"live_version", v.live_version.empty() ? json(nullptr) : json(v.live_version)},
+             {"backfill", v.backfill},
+             {"resumes", v.resumes},
+             {"from_offset", v.from_offset},
+             {"records", v.records}});
+    return list;
+}
+
+// Restores the stored state of the config's live versions into a fresh processor, as recovery
+// would; pipelines that would backfill are listed under "versions" only.
+json inspect_pipelines(const config::Config& config, lmdb::Store& store,
+                       const std::string& log_dir) {
     json j = json::object();
-    auto processor = Processor::create(config);
+    auto plan = plan_versions(config, store, log_dir);
+    if (!plan) {
+        j["error"] = plan.error().message;
+        return j;
+    }
+    j["versions"] = versions_section(*plan);
+    auto processor = Processor::create(live_view(config, *plan));
     if (!processor) {
         j["error"] = processor.error().message;
         return j;
     }
-    auto loaded = store.for_each_state(
-        [&](std::string_view k, std::string_view v) { return (*processor)->restore_entry(k, v); });
+    auto loaded = store.for_each_state([&](std::string_view k, std::string_view v) -> Result<void> {
+        // The registry, other processors' counters and other versions' state are not this
+        // processor's.
+        const auto state_name = core::Engine::pipeline_of_state_key(k);
+        if (state_name ? (*processor)->engine().find_pipeline(*state_name) < 0
+                       : k != (*processor)->counters_key())
+            return {};
+        return (*processor)->restore_entry(k, v);
+    });
     if (!loaded) {
         j["error"] =
             "the stored state does not restore under this config: " + loaded.error().message;
@@ -143,6 +174,7 @@ json inspect_pipelines(const config::Config& config, lmdb::Store& store) {
     for (uint32_t i = 0; i < engine.pipelines().size(); ++i) {
         list.push_back(pipeline_stats(engine.pipelines()[i].name, engine.stats(i),
                                       (*processor)->decode_counters()[i]));
+        list.back()["version"] = engine.pipelines()[i].version;
     }
     j["list"] = std::move(list);
     j["malformed_records"] = (*processor)->malformed_records();
@@ -334,6 +366,22 @@ void print_side(const json& sd, std::ostream& out) {
     if (sd.contains("error")) out << "  error: " << sd["error"].get<std::string>() << "\n";
 }
 
+void print_versions(const json& versions, std::ostream& out) {
+    out << "\nversions:\n";
+    for (const json& v : versions) {
+        out << "  " << v["name"].get<std::string>() << ": " << v["version"].get<std::string>();
+        if (!v["backfill"].get<bool>()) {
+            out << " live\n";
+            continue;
+        }
+        out << (v["live_version"].is_null()
+                    ? " (new)"
+                    : " (live now: " + v["live_version"].get<std::string>() + ")")
+            << (v["resumes"].get<bool>() ? " resumes its backfill: " : " would backfill ")
+            << v["records"] << " log records from offset " << v["from_offset"] << "\n";
+    }
+}
+
 void print_text(const json& j, std::ostream& out) {
     out << "data_dir " << j["data_dir"].get<std::string>() << "\n";
     print_log(j["log"], out);
@@ -342,6 +390,7 @@ void print_text(const json& j, std::ostream& out) {
     if (j.contains("pipelines")) {
         const json& ps = j["pipelines"];
         if (ps.contains("error")) out << "  pipelines: " << ps["error"].get<std::string>() << "\n";
+        if (ps.contains("versions")) print_versions(ps["versions"], out);
         if (ps.contains("list"))
             for (const json& p : ps["list"])
                 print_pipeline(p, out);
@@ -466,7 +515,7 @@ json inspect_report(const std::string& data_dir, const std::optional<config::Con
     if (v.store) add_state_figures(v, now_ms, j["log"]);
     j["store"] = std::move(v.section);
     if (v.store) {
-        if (config) j["pipelines"] = inspect_pipelines(*config, *v.store);
+        if (config) j["pipelines"] = inspect_pipelines(*config, *v.store, data_dir + "/log");
         j["outbox"] = inspect_outbox(*v.store, now_ms);
         j["side"] = inspect_side(*v.store);
         const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&

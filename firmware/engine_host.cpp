@@ -10,7 +10,7 @@
 namespace tidemark::firmware {
 
 EngineHost::EngineHost(const config::Config& config, const core::Clock& clock, Alarms& alarms)
-    : config_(config), clock_(clock), alarms_(alarms), sink_(config) {}
+    : config_(config), live_config_(config), clock_(clock), alarms_(alarms) {}
 
 Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& config,
                                                      const core::Clock& clock, Alarms& alarms) {
@@ -37,9 +37,11 @@ Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& confi
             "(a failing disk or a bad sector?)",
             ls.damaged_regions, ls.damaged_bytes);
 
-    auto processor = Processor::create(config);
+    // Until recover() plans the versions: every pipeline of the config, as before versions.
+    auto processor = Processor::create(host->live_config_);
     if (!processor) return std::unexpected(processor.error());
     host->processor_ = std::move(*processor);
+    host->sink_ = std::make_unique<BatchSink>(host->live_config_);
     auto reader = log::LogReader::open(lo.dir);
     if (!reader) return std::unexpected(reader.error());
     host->reader_ = std::move(*reader);
@@ -51,21 +53,9 @@ Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& confi
 Result<uint64_t> EngineHost::restore_checkpoint() {
     auto cp = store_->load_checkpoint();
     if (!cp) return fail(cp.error().message);
+    if (auto ok = load_versions(); !ok) return std::unexpected(ok.error());
+    if (auto ok = load_from_store(); !ok) return std::unexpected(ok.error());
     if (!*cp) return writer_->first_offset();
-    if (auto dropped = drop_removed_pipelines(); !dropped) return std::unexpected(dropped.error());
-    auto loaded = store_->for_each_state(
-        [&](std::string_view k, std::string_view v) { return processor_->restore_entry(k, v); });
-    if (!loaded) return fail("restoring state: " + loaded.error().message);
-    if (auto ok = processor_->restore_finish(); !ok) {
-        // Not a crash loop: a changed pipeline needs the operator (see DECISIONS.md).
-        Error e{"restoring state: " + ok.error().message +
-                    ". Put the previous definition back, or drop the pipeline's state with "
-                    "`tidemark inspect --config FILE --drop-pipeline NAME` (it then starts "
-                    "afresh from the checkpoint, and may send results for windows it had "
-                    "sent before, under the same ids)",
-                exit_config_conflict};
-        return std::unexpected(std::move(e));
-    }
     checkpoint_.wall_ms = (*cp)->checkpoint_ms;
     const uint64_t offset = (*cp)->log_offset;
     if (offset < writer_->first_offset())
@@ -104,7 +94,7 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
         auto next = reader_->next(rec, end);
         if (!next) return std::unexpected(next.error());
         if (!*next) break;
-        processor_->feed(rec, sink_);
+        processor_->feed(rec, *sink_);
         consumed_offset_ = rec.next_offset;
         if (++replayed % recovery_flush_records == 0)
             if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
@@ -116,7 +106,7 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
 }
 
 Result<size_t> EngineHost::step(size_t records_max, bool drain) {
-    if (!sink_.rows.empty()) {
+    if (!sink_->rows.empty()) {
         auto flushed = flush();
         if (!flushed) return std::unexpected(flushed.error());
         if (!*flushed) return 0;
@@ -131,7 +121,7 @@ Result<size_t> EngineHost::step(size_t records_max, bool drain) {
         auto next = reader_->next(rec, readable);
         if (!next) return std::unexpected(next.error());
         if (!*next) break;
-        processor_->feed(rec, sink_);
+        processor_->feed(rec, *sink_);
         consumed_offset_ = rec.next_offset;
         ++n;
     }
@@ -144,33 +134,40 @@ Result<size_t> EngineHost::step(size_t records_max, bool drain) {
 // Side rows are diagnostic: when the store refuses them they are said and let go, never
 // retried (a full side store drops its oldest rows itself). True when some were committed.
 bool EngineHost::append_side() {
-    if (sink_.side.empty()) return false;
-    auto ok = store_->side_append(sink_.side);
+    if (sink_->side.empty()) return false;
+    auto ok = store_->side_append(sink_->side);
     if (!ok)
         spdlog::warn("side output: {} ({} records not kept)", ok.error().message,
-                     sink_.side.size());
-    sink_.side.clear();
+                     sink_->side.size());
+    sink_->side.clear();
     return ok.has_value();
 }
 
 // Commits the step's rows. True when the outbox took them (or there were none); false while
 // it cannot (full, map full, disk full, busy: the rows stay in memory, ingest pauses).
 Result<bool> EngineHost::flush() {
-    if (append_side() && forwarder_ && sink_.rows.empty()) forwarder_->notify();
-    if (sink_.rows.empty()) {
+    if (append_side() && forwarder_ && sink_->rows.empty()) forwarder_->notify();
+    // After every result of the step that made them (DESIGN.md section 4).
+    for (lmdb::OutboxRow& row : version_rows_)
+        sink_->rows.push_back(std::move(row));
+    version_rows_.clear();
+    if (sink_->rows.empty()) {
         alarms_.set_outbox("");
         return true;
     }
     const int64_t now_ms = clock_.wall_ms();
-    for (auto& row : sink_.rows)
+    for (auto& row : sink_->rows)
         if (row.enqueued_ms == 0) row.enqueued_ms = now_ms;
-    auto appended = store_->outbox_append(sink_.rows);
+    auto appended = store_->outbox_append(sink_->rows);
     if (!appended && appended.error().code == lmdb::errc::map_full) {
         make_room();  // then once more
-        appended = store_->outbox_append(sink_.rows);
+        appended = store_->outbox_append(sink_->rows);
     }
     if (appended) {
-        sink_.rows.clear();
+        for (const lmdb::OutboxRow& row : sink_->rows)
+            if (VersionEntry* e = row.version_record ? registry_.find(row.pipeline) : nullptr)
+                e->record_pending = false;
+        sink_->rows.clear();
         alarms_.set_outbox("");
         if (forwarder_) forwarder_->notify();
         return true;
@@ -193,7 +190,7 @@ Result<bool> EngineHost::flush() {
 }
 
 Result<void> EngineHost::checkpoint() {
-    TM_ASSERT(sink_.rows.empty());
+    TM_ASSERT(sink_->rows.empty());
     const int64_t t0 = clock_.steady_ms();
     // The log is durable up to the checkpoint's offset before the checkpoint commits.
     if (auto ok = writer_->sync(); !ok) return ok;
@@ -202,7 +199,14 @@ Result<void> EngineHost::checkpoint() {
     const uint64_t seq_next = stats->seq_next;
     auto txn = store_->begin_checkpoint();
     if (!txn) return fail(txn.error().message);
+    // What the last plan dropped goes first: the processors' writes below are never erased.
+    for (const std::string& prefix : erase_prefixes_)
+        (*txn)->erase_prefix(prefix);
+    for (const std::string& key : erase_keys_)
+        (*txn)->erase(key);
     processor_->checkpoint(**txn);
+    VersionRegistry next = registry_;
+    write_versions(**txn, next);
     lmdb::CheckpointMeta meta;
     meta.log_offset = consumed_offset_;
     meta.outbox_seq_next = seq_next;
@@ -214,11 +218,16 @@ Result<void> EngineHost::checkpoint() {
         // What the engine handed over is not in the store: the next checkpoint writes it again
         // (else window state would be older than the next offset, and erased keys come back).
         processor_->checkpoint_failed();
+        for (auto& run : backfills_)
+            run->processor().checkpoint_failed();
         alarms_.set_checkpoint("checkpoint_failed: " + committed.error().message);
         if (committed.error().code == lmdb::errc::map_full) make_room();
         return fail("checkpoint: " + committed.error().message);
     }
     alarms_.set_checkpoint("");
+    registry_ = std::move(next);
+    erase_prefixes_.clear();
+    erase_keys_.clear();
     checkpoint_.log_offset = consumed_offset_;
     checkpoint_.wall_ms = meta.checkpoint_ms;
     ++checkpoint_.count;
@@ -229,14 +238,14 @@ Result<void> EngineHost::checkpoint() {
     // A killed reader (`tidemark inspect`, `replay`) would pin the pages it saw until restart.
     if (auto cleared = store_->check_stale_readers(); cleared && *cleared > 0)
         spdlog::info("lmdb: cleared {} stale readers", *cleared);
-    auto retention = writer_->apply_retention(checkpoint_.log_offset, clock_.wall_ms());
+    auto retention = writer_->apply_retention(retention_offset(), clock_.wall_ms());
     if (!retention) spdlog::warn("log retention: {}", retention.error().message);
     checkpoint_.duration_ms = clock_.steady_ms() - t0;
     return {};
 }
 
 uint64_t EngineHost::trim_for_disk_full() {
-    auto removed = writer_->apply_retention(checkpoint_.log_offset, INT64_MAX);
+    auto removed = writer_->apply_retention(retention_offset(), INT64_MAX);
     if (!removed) {
         spdlog::warn("disk full: trimming the log: {}", removed.error().message);
         return 0;
@@ -277,31 +286,6 @@ Result<void> EngineHost::seed_redelivery_filter() {
     }
     for (const auto& [topic, payload] : tail)
         filter_.seed(topic, payload);
-    return {};
-}
-
-// A pipeline removed from the config stops; its state goes (its outbox rows stay and are
-// sent). Keeping the state would refuse every start, a crash loop.
-Result<void> EngineHost::drop_removed_pipelines() {
-    std::vector<std::string> removed;
-    auto listed = store_->for_each_state([&](std::string_view k, std::string_view) -> Result<void> {
-        const auto name = core::Engine::pipeline_of_state_key(k);
-        if (name && processor_->engine().find_pipeline(*name) < 0 &&
-            std::find(removed.begin(), removed.end(), *name) == removed.end())
-            removed.push_back(*name);
-        return {};
-    });
-    if (!listed) return fail("reading state: " + listed.error().message);
-    for (const std::string& name : removed) {
-        auto dropped = store_->drop_prefix(core::Engine::state_prefix(name));
-        if (!dropped)
-            return fail("dropping the state of removed pipeline '" + name +
-                        "': " + dropped.error().message);
-        spdlog::warn(
-            "pipeline '{}' is no longer in the config: its state ({} records) was "
-            "dropped; its results already in the outbox are still sent",
-            name, *dropped);
-    }
     return {};
 }
 

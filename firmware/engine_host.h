@@ -16,8 +16,10 @@
 #include "core/clock.h"
 #include "core/result.h"
 #include "firmware/alarms.h"
+#include "firmware/backfill.h"
 #include "firmware/processor.h"
 #include "firmware/result_sinks.h"
+#include "firmware/versions.h"
 
 namespace tidemark::firmware {
 
@@ -43,6 +45,24 @@ struct CheckpointStats {
     uint64_t log_offset = 0;  // of the last committed checkpoint
 };
 
+/// A running backfill, for health and inspect.
+struct BackfillFigures {
+    std::string pipeline;
+    std::string version;
+    uint64_t offset = 0;       // the next record it reads
+    uint64_t end_offset = 0;   // the live position it catches up with
+    uint64_t records = 0;      // read by this process
+    double records_per_s = 0;  // while it ran, over this process's backfill time
+    double eta_s = -1;         // at the current share; -1 unknown
+};
+
+/// A version made live by this process (health's backfill state "switched").
+struct SwitchFigures {
+    std::string pipeline;
+    std::string version;
+    int64_t since_ms = 0;
+};
+
 /// Operation: open() opens the store under data_dir/state and the log under data_dir/log;
 /// recover() restores the last checkpoint and replays the log after it; step() reads the next
 /// records, feeds the engine and commits their emissions to the outbox in one transaction;
@@ -53,8 +73,16 @@ struct CheckpointStats {
 /// Concurrency: the engine thread only, but for log() (its append and sync are the ingest
 /// thread's and the ticker's; see LogWriter) and the redelivery filter (the ingest callback's,
 /// under runtime's append lock).
+/// Pipeline versions (DESIGN.md section 4, versions.h): the live processor runs, for each
+/// pipeline, the version the store names live (from its stored definition when the config has
+/// moved on); each new version of the config runs as a BackfillRun from the oldest retained
+/// record, stepped by backfill_step() within backfill.max_share, and switch_version() makes it
+/// live in one checkpoint once it reaches the live position. recover(), reconfigure() and a
+/// switch all end in load_from_store(): the plan from the stored registry and the wanted config,
+/// then every processor restored from the committed state. So a restart and a reload do the
+/// same, and a switch is a checkpoint and a restore, which the restore property covers.
 /// Limits: one step's results in memory (step's records_max); the map and disk bounds are the
-/// store's and the log's.
+/// store's and the log's; while a pipeline backfills it keeps two versions' state.
 class EngineHost {
   public:
     /// `config`, `clock` and `alarms` must outlive the host.
@@ -64,7 +92,15 @@ class EngineHost {
     /// See ServiceParts::recover.
     Result<uint64_t> recover(const std::function<bool()>& wait_for_room);
     Result<size_t> step(size_t records_max, bool drain);
-    bool can_checkpoint() const { return sink_.rows.empty(); }
+    /// Backfill work within the share (a token bucket over steady time, each slice at most
+    /// max_live_delay); a run that reaches the live position switches. Returns records read.
+    Result<size_t> backfill_step(size_t records_max);
+    bool backfilling() const { return !backfills_.empty(); }
+    /// Applies another config's pipelines and backfill settings: a checkpoint, then every
+    /// processor planned and restored anew. Fails (and changes nothing) when the checkpoint
+    /// cannot commit; the caller keeps the old config then.
+    Result<void> reconfigure(const config::Config& wanted);
+    bool can_checkpoint() const { return sink_->rows.empty(); }
     Result<void> checkpoint();
     /// Log segments before the last checkpoint go now, whatever their age. Returns bytes freed.
     uint64_t trim_for_disk_full();
@@ -77,6 +113,12 @@ class EngineHost {
     const log::LogReader& reader() const { return *reader_; }
     lmdb::Store& store() { return *store_; }
     Processor& processor() { return *processor_; }
+    /// The config the live processor runs: the wanted one's pipelines whose version is live,
+    /// and previous versions (stored definitions) while their successors backfill.
+    const config::Config& live_config() const { return live_config_; }
+    std::vector<BackfillFigures> backfill_figures() const;
+    const std::vector<SwitchFigures>& switches() const { return switches_; }
+    const VersionRegistry& versions() const { return registry_; }
     mqtt::RedeliveryFilter& redelivery_filter() { return filter_; }
     /// The next record the engine reads.
     uint64_t consumed_offset() const { return consumed_offset_; }
@@ -90,18 +132,38 @@ class EngineHost {
     bool append_side();
     Result<uint64_t> restore_checkpoint();
     Result<void> seed_redelivery_filter();
-    Result<void> drop_removed_pipelines();
     void make_room();
     void note_damage();
+    // engine_host_versions.cpp
+    Result<void> load_versions();
+    Result<void> plan_versions();
+    Result<void> load_from_store();
+    Result<void> restore_entry(std::string_view key, std::string_view value);
+    void write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next);
+    Result<bool> switch_version(BackfillRun& run);
+    void queue_version_record(const VersionEntry& entry);
+    uint64_t retention_offset() const;
 
-    const config::Config& config_;
+    config::Config config_;       // as wanted (reconfigure replaces it)
+    config::Config live_config_;  // what processor_ runs
     const core::Clock& clock_;
     Alarms& alarms_;
-    BatchSink sink_;
+    std::unique_ptr<BatchSink> sink_;
     std::unique_ptr<lmdb::Store> store_;
     std::unique_ptr<log::LogWriter> writer_;
     std::unique_ptr<log::LogReader> reader_;
     std::unique_ptr<Processor> processor_;
+    std::vector<std::unique_ptr<BackfillRun>> backfills_;
+    VersionRegistry registry_;
+    // Written by the next checkpoint before the processors' state: what the last plan dropped
+    // (abandoned backfills, removed pipelines).
+    std::vector<std::string> erase_prefixes_;
+    std::vector<std::string> erase_keys_;
+    // Version records waiting for the outbox, after the rows of the step that made them.
+    std::vector<lmdb::OutboxRow> version_rows_;
+    std::vector<SwitchFigures> switches_;
+    double backfill_credit_ms_ = 0;
+    int64_t backfill_refill_ms_ = 0;
     mqtt::RedeliveryFilter filter_;
     mqtt::Forwarder* forwarder_ = nullptr;
 

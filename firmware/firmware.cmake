@@ -9,9 +9,11 @@ target_link_libraries(tidemark_notify PUBLIC PkgConfig::SYSTEMD)
 # Everything but main(), so that tests can drive the runtime and the commands in-process.
 add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/alarms.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/backfill.cpp
   ${CMAKE_CURRENT_LIST_DIR}/build_info.cpp
   ${CMAKE_CURRENT_LIST_DIR}/clock.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine_host_versions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/health_report.cpp
   ${CMAKE_CURRENT_LIST_DIR}/log_appender.cpp
   ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
@@ -21,6 +23,8 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/result_sinks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/service_parts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/time_text.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/version_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/versions.cpp
 )
 file(GLOB tidemark_firmware_commands ${CMAKE_CURRENT_LIST_DIR}/command_*.cpp)
 target_sources(tidemark_firmware PRIVATE ${tidemark_firmware_commands})

@@ -52,6 +52,26 @@ json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
     return p;
 }
 
+// A pipeline's live figures with its version, and its backfill while one runs (or the switch
+// that ended it in this process).
+json pipeline_version_report(const PipelineFigures& p) {
+    json out = p.stats ? pipeline_report(*p.stats, *p.decode) : json::object();
+    out["version"] = p.version.empty() ? json(nullptr) : json(p.version);
+    if (const BackfillFigures* b = p.backfill) {
+        out["backfill"] = {{"state", "running"},
+                           {"version", b->version},
+                           {"offset", b->offset},
+                           {"end_offset", b->end_offset},
+                           {"records", b->records},
+                           {"records_per_s", b->records_per_s},
+                           {"eta_s", b->eta_s >= 0 ? json(b->eta_s) : json(nullptr)}};
+    } else if (const SwitchFigures* s = p.switched) {
+        out["backfill"] = {
+            {"state", "switched"}, {"version", s->version}, {"since_ms", s->since_ms}};
+    }
+    return out;
+}
+
 json outbox_report(const lmdb::OutboxStats& s, int64_t now_wall_ms) {
     // A clock stepped back behind the oldest row's stamp shows 0, not a negative age.
     const json oldest_age_ms = s.oldest_enqueued_ms > 0
@@ -174,8 +194,12 @@ std::string health_record_json(const HealthFigures& f) {
     h["clock"] = clock_report(f.clock);
     json pipelines = json::object();
     for (const PipelineFigures& p : f.pipelines)
-        pipelines[std::string(p.name)] = pipeline_report(*p.stats, *p.decode);
+        pipelines[std::string(p.name)] = pipeline_version_report(p);
     h["pipelines"] = std::move(pipelines);
+    if (f.last_reload)
+        h["last_reload"] = {{"time_ms", f.last_reload->time_ms},
+                            {"ok", f.last_reload->ok},
+                            {"errors", f.last_reload->errors}};
     json in = ingest_report(f.ingest);
     in["redeliveries_skipped"] = f.ingest_counters.redeliveries_skipped;
     in["append_errors"] = f.ingest_counters.append_errors;

@@ -30,8 +30,18 @@ namespace tidemark::firmware {
 /// One pipeline's figures; the pointers must outlive the health_record_json() call.
 struct PipelineFigures {
     std::string_view name;
-    const core::PipelineStats* stats = nullptr;
-    const DecodeCounters* decode = nullptr;
+    const core::PipelineStats* stats = nullptr;  // null while no version of it runs live
+    const DecodeCounters* decode = nullptr;      // null with stats
+    std::string_view version;                    // the live version; empty: none yet
+    const BackfillFigures* backfill = nullptr;   // its running backfill, if any
+    const SwitchFigures* switched = nullptr;     // its last switch in this process, if any
+};
+
+/// The last SIGHUP's outcome (health's last_reload).
+struct ReloadFigures {
+    int64_t time_ms = 0;
+    bool ok = false;
+    std::vector<std::string> errors;  // "pointer: message"
 };
 
 /// The service's own ingest counters, beside the MQTT client's.
@@ -68,6 +78,7 @@ struct HealthFigures {
     std::optional<MapFigures> map;               // none when the store could not say
     uint64_t rss_kib = 0;
     std::vector<std::string> alarms;
+    std::optional<ReloadFigures> last_reload;  // none before the first reload
 };
 
 /// The health record as published: one line of JSON, keys sorted, invalid UTF-8 replaced.

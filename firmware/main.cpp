@@ -13,6 +13,7 @@
 #include "firmware/commands.h"
 #include "firmware/crash_arm.h"
 #include "firmware/runtime.h"
+#include "firmware/version_plan.h"
 
 namespace {
 
@@ -102,6 +103,20 @@ int check_config(const std::string& path) {
         return 1;
     }
     std::cout << path << ": ok (" << loaded->pipelines.size() << " pipelines)\n";
+    // Against its data directory, when there is one: which versions would backfill, and how
+    // much (DESIGN.md section 8). Read-only, beside a running service.
+    tidemark::lmdb::StoreOptions so;
+    so.dir = loaded->data_dir + "/state";
+    so.read_only = true;
+    so.map_size_bytes = loaded->storage.map_size_bytes;
+    if (auto store = tidemark::lmdb::Store::open(so)) {
+        auto plan = tidemark::firmware::plan_versions(*loaded, **store, loaded->data_dir + "/log");
+        if (plan)
+            std::cout << tidemark::firmware::version_plan_text(*plan);
+        else
+            std::cout << "(versions in " << loaded->data_dir
+                      << " not read: " << plan.error().message << ")\n";
+    }
     return 0;
 }
 

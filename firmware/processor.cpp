@@ -10,7 +10,7 @@ namespace tidemark::firmware {
 namespace {
 // Decode counters live beside the engine's state under their own prefix (the engine's keys all
 // start with 0x01).
-constexpr std::string_view counters_key =
+constexpr std::string_view live_counters_key =
     "\x02"
     "decode_counters";
 }  // namespace
@@ -39,7 +39,14 @@ Processor::Processor(config::Config config, std::unique_ptr<core::Engine> engine
 
 Processor::~Processor() = default;
 
-Result<std::unique_ptr<Processor>> Processor::create(const config::Config& config) {
+std::string Processor::counters_key_for(std::string_view state_tag) {
+    std::string key(live_counters_key);
+    if (!state_tag.empty()) key += "@" + std::string(state_tag);
+    return key;
+}
+
+Result<std::unique_ptr<Processor>> Processor::create(const config::Config& config,
+                                                     std::string_view state_tag) {
     std::vector<core::PipelineSpec> specs;
     auto impl = std::make_unique<Impl>();
     for (const config::PipelineConfig& p : config.pipelines) {
@@ -48,7 +55,10 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     }
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
-    return std::unique_ptr<Processor>(new Processor(config, std::move(*engine), std::move(impl)));
+    std::unique_ptr<Processor> processor(
+        new Processor(config, std::move(*engine), std::move(impl)));
+    processor->counters_key_ = counters_key_for(state_tag);
+    return processor;
 }
 
 void Processor::feed(const log::Record& record, ProcessorSink& sink) {
@@ -97,11 +107,11 @@ void Processor::checkpoint(core::StateWriter& writer) {
         core::bytes::put_u64(value, counters_[i].malformed);
         core::bytes::put_u64(value, counters_[i].fields_missing);
     }
-    writer.put(counters_key, value);
+    writer.put(counters_key_, value);
 }
 
 Result<void> Processor::restore_entry(std::string_view key, std::string_view value) {
-    if (key != counters_key) return engine_->restore_entry(key, value);
+    if (key != counters_key_) return engine_->restore_entry(key, value);
     uint32_t n;
     if (!core::bytes::get_u64(value, malformed_records_) || !core::bytes::get_u32(value, n))
         return fail("the stored decode counters are damaged");

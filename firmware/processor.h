@@ -49,7 +49,10 @@ class ProcessorSink : public core::EmissionSink {
 /// Limits: the engine's; decode scratch is one buffer per pipeline.
 class Processor {
   public:
-    static Result<std::unique_ptr<Processor>> create(const config::Config& config);
+    /// `state_tag` tells the stored decode counters of several processors apart (a backfill's:
+    /// its state name); empty for the live one, whose key predates versions.
+    static Result<std::unique_ptr<Processor>> create(const config::Config& config,
+                                                     std::string_view state_tag = {});
     ~Processor();
 
     void feed(const log::Record& record, ProcessorSink& sink);
@@ -64,7 +67,11 @@ class Processor {
 
     /// Writes the engine's changed state and the decode counters.
     void checkpoint(core::StateWriter& writer);
-    /// Restores one stored entry (engine state or decode counters); then restore_finish().
+    /// The key the decode counters of a processor with `state_tag` are stored under.
+    static std::string counters_key_for(std::string_view state_tag);
+    /// The key its decode counters are stored under; every other key it writes is the engine's.
+    const std::string& counters_key() const { return counters_key_; }
+    /// Restores one stored entry (engine state or its decode counters); then restore_finish().
     Result<void> restore_entry(std::string_view key, std::string_view value);
     Result<void> restore_finish();
 
@@ -77,6 +84,7 @@ class Processor {
     std::unique_ptr<Impl> impl_;
     std::vector<DecodeCounters> counters_;
     uint64_t malformed_records_ = 0;
+    std::string counters_key_;
 };
 
 }  // namespace tidemark::firmware

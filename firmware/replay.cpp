@@ -23,7 +23,8 @@ class LineSink : public ProcessorSink {
     void emit(const core::Emission& e) override {
         line_.clear();
         codec::encode_result(config_.node_id, config_.pipelines[e.pipeline].spec.name,
-                             names_[e.pipeline], e, line_);
+                             names_[e.pipeline], e, line_,
+                             config_.pipelines[e.pipeline].spec.version);
         line_.push_back('\n');
         out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
         ++results;

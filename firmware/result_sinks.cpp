@@ -21,7 +21,7 @@ void BatchSink::emit(const core::Emission& e) {
     row.revision = e.revision;
     row.kind = e.kind;
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
-                         row.payload);
+                         row.payload, config_.pipelines[e.pipeline].spec.version);
     rows.push_back(std::move(row));
 }
 
@@ -66,11 +66,13 @@ class OutboxSource : public mqtt::OutboxSource {
         if (!rows) return fail(rows.error().message);
         std::vector<mqtt::OutboundRow> out;
         out.reserve(rows->size());
-        for (auto& r : *rows)
-            out.push_back({r.seq,
-                           codec::expand_topic_template(config_.upstream->topic, config_.node_id,
-                                                        r.pipeline, r.key),
-                           std::move(r.payload)});
+        for (auto& r : *rows) {
+            std::string topic = codec::expand_topic_template(config_.upstream->topic,
+                                                             config_.node_id, r.pipeline, r.key);
+            // A version record: retained beside the results (DESIGN.md section 4).
+            if (r.version_record) topic += "/version";
+            out.push_back({r.seq, std::move(topic), std::move(r.payload), r.version_record});
+        }
         return out;
     }
     Result<void> delivered(std::span<const uint64_t> seqs) override {

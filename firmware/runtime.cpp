@@ -34,8 +34,10 @@ constexpr int64_t clock_poll_interval_ms = 1000;
 // Health is rebuilt at least this often (and every health.interval when that is shorter), so
 // that the systemd status line follows alarms within a second.
 constexpr int64_t health_refresh_interval_ms_max = 1000;
-// The loop sleeps this long when a step found nothing to read.
+// The loop sleeps this long when a step found nothing to read; while a backfill waits for its
+// share, briefly, so that its slices come often and small.
 constexpr auto idle_sleep = std::chrono::milliseconds(20);
+constexpr auto backfill_wait_sleep = std::chrono::milliseconds(2);
 // Recovery waiting for room in the outbox looks again this often.
 constexpr int64_t recovery_wait_ms = 250;
 // Replaying a long log can outlast the unit's start timeout: recovery asks systemd for this
@@ -77,6 +79,9 @@ class Service {
     // Pauses ingest while the outbox cannot take more, retries a failed start, and tells the
     // appender whether ingest can hear the devices.
     Result<void> poll_ingest();
+    // Reads the config again (SIGHUP); a new set of topic filters reconnects ingest.
+    Result<void> reload();
+    std::vector<std::string> topic_filters() const;
     void poll_disk_and_clock(int64_t now);
     void refresh_health_if_due(int64_t now);
     // Steps the engine until the log is processed to its end, at most shutdown_drain_steps_max.
@@ -196,9 +201,7 @@ void Service::stop_ingest() {
 Result<void> Service::start_ingest() {
     // Ingest: the durable append happens inside the Paho callback, before the PUBACK.
     appender_ = std::make_unique<LogAppender>(config_, *parts_, clock_);
-    for (const auto& p : config_.pipelines)
-        if (std::find(filters_.begin(), filters_.end(), p.topic_filter) == filters_.end())
-            filters_.push_back(p.topic_filter);
+    filters_ = topic_filters();
     auto ingest = make_ingest();
     if (!ingest) return std::unexpected(ingest.error());
     ingest_ = std::move(*ingest);
@@ -208,6 +211,31 @@ Result<void> Service::start_ingest() {
     notifier_.ready();
     notifier_.status(ingest_started_ ? "running, connected to " + config_.source.uri
                                      : "running, gateway broker unreachable: retrying");
+    return {};
+}
+
+std::vector<std::string> Service::topic_filters() const {
+    std::vector<std::string> filters;
+    for (const auto& p : parts_->config().pipelines)
+        if (std::find(filters.begin(), filters.end(), p.topic_filter) == filters.end())
+            filters.push_back(p.topic_filter);
+    return filters;
+}
+
+// New topic filters need a new subscription: ingest reconnects (its session is persistent, so
+// the broker keeps what arrives meanwhile; DESIGN.md section 5 holds across it).
+Result<void> Service::reload() {
+    if (!parts_->reload(options_.config_path, notifier_)) return {};
+    std::vector<std::string> filters = topic_filters();
+    if (filters == filters_) return {};
+    filters_ = std::move(filters);
+    spdlog::info("reload: the topic filters changed; ingest subscribes again");
+    if (ingest_started_) stop_ingest();
+    auto ingest = make_ingest();
+    if (!ingest) return std::unexpected(ingest.error());
+    ingest_ = std::move(*ingest);
+    ingest_started_ = false;
+    ingest_retry_ms_ = 0;
     return {};
 }
 
@@ -262,7 +290,8 @@ Result<void> Service::loop() {
     ServiceParts& sp = *parts_;
     next_checkpoint_ms_ = clock_.steady_ms() + config_.checkpoint.interval_ms;
     while (!signals_.stop.load()) {
-        if (signals_.reload.exchange(false)) sp.reload(options_.config_path, notifier_);
+        if (signals_.reload.exchange(false))
+            if (auto ok = reload(); !ok) return ok;
         if (auto ok = poll_ingest(); !ok) return ok;
         if (auto poisoned = sp.log_failure()) {
             // Linux may have dropped the pages a failed fdatasync did not write: only a reopen
@@ -276,13 +305,19 @@ Result<void> Service::loop() {
             spdlog::critical("engine: {}", step.error().message);
             return std::unexpected(step.error());
         }
+        auto backfilled = sp.backfill_step(step_records_max);
+        if (!backfilled) {
+            spdlog::critical("backfill: {}", backfilled.error().message);
+            return std::unexpected(backfilled.error());
+        }
         if (now >= next_checkpoint_ms_ && sp.can_checkpoint()) {
             if (auto ok = sp.checkpoint(); !ok) spdlog::error("{}", ok.error().message);
             next_checkpoint_ms_ = now + config_.checkpoint.interval_ms;
         }
         refresh_health_if_due(now);
         notifier_.watchdog(now);
-        if (*step == 0) std::this_thread::sleep_for(idle_sleep);
+        if (*step == 0 && *backfilled == 0)
+            std::this_thread::sleep_for(sp.backfilling() ? backfill_wait_sleep : idle_sleep);
     }
     return {};
 }

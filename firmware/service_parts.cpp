@@ -51,6 +51,7 @@ struct ServiceParts::Impl {
     std::atomic<uint64_t> redeliveries_skipped{0};
     // The forwarder's acks at the last health refresh, and since when (steady) they have not
     // moved with rows in flight: for upstream_stalled. Engine thread only.
+    std::optional<ReloadFigures> last_reload;
     uint64_t upstream_acks_seen = 0;
     int64_t upstream_acks_since_ms = 0;
 
@@ -167,9 +168,24 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.uptime_s = (m.clock.steady_ms() - m.started_steady_ms) / 1000;
     f.build = build_info();
     f.clock = alarms.clock;
-    for (uint32_t i = 0; i < m.config.pipelines.size(); ++i)
-        f.pipelines.push_back({m.config.pipelines[i].spec.name, &host.processor().engine().stats(i),
-                               &host.processor().decode_counters()[i]});
+    const std::vector<BackfillFigures> backfills = host.backfill_figures();
+    for (const config::PipelineConfig& p : m.config.pipelines) {
+        PipelineFigures pf;
+        pf.name = p.spec.name;
+        const int live = host.processor().engine().find_pipeline(p.spec.name);
+        if (live >= 0) {
+            const auto i = static_cast<uint32_t>(live);
+            pf.stats = &host.processor().engine().stats(i);
+            pf.decode = &host.processor().decode_counters()[i];
+            pf.version = host.live_config().pipelines[i].version;
+        }
+        for (const BackfillFigures& b : backfills)
+            if (b.pipeline == p.spec.name) pf.backfill = &b;
+        for (const SwitchFigures& s : host.switches())
+            if (s.pipeline == p.spec.name) pf.switched = &s;
+        f.pipelines.push_back(pf);
+    }
+    f.last_reload = m.last_reload;
     f.ingest = ingest;
     f.ingest_counters = {m.redeliveries_skipped.load(), m.alarms.append_errors(),
                          m.alarms.ingest_paused(), host.processor().malformed_records()};
@@ -212,43 +228,71 @@ std::string ServiceParts::status_line() const {
     return impl_->status;
 }
 
-void ServiceParts::reload(const std::string& config_path, Notifier& notifier) {
+// A config that fails check-config changes nothing; one that changes what only a restart can
+// change (where data lives, which brokers) neither. Everything else applies now: log_level,
+// backfill settings, and pipelines through versions (EngineHost::reconfigure).
+bool ServiceParts::reload(const std::string& config_path, Notifier& notifier) {
     notifier.reloading();
+    Impl& m = *impl_;
+    ReloadFigures outcome;
+    outcome.time_ms = m.clock.wall_ms();
+    const auto refuse = [&](const std::string& status) {
+        for (const std::string& e : outcome.errors)
+            spdlog::error("reload refused, the running config stays: {}", e);
+        notifier.status(status);
+        notifier.ready();
+        m.last_reload = std::move(outcome);
+        return false;
+    };
     auto loaded = config::load_config_file(config_path);
     if (!loaded) {
-        const std::string why = config::format_errors(loaded.error());
-        spdlog::error("reload refused, the running config stays: {}", why);
-        notifier.status("reload refused: the new config has errors (see the journal)");
-        notifier.ready();
-        return;
+        for (const config::ConfigError& e : loaded.error())
+            outcome.errors.push_back((e.pointer.empty() ? "(config)" : e.pointer) + ": " +
+                                     e.message);
+        return refuse("reload refused: the new config has errors (see the journal)");
     }
-    const config::Config& now = impl_->config;
+    const config::Config& now = m.config;
     std::vector<std::string> needs_restart;
-    if (loaded->node_id != now.node_id) needs_restart.push_back("node_id");
-    if (loaded->data_dir != now.data_dir) needs_restart.push_back("data_dir");
-    if (loaded->source.uri != now.source.uri) needs_restart.push_back("source");
-    if (loaded->pipelines.size() != now.pipelines.size()) needs_restart.push_back("pipelines");
-    for (size_t i = 0; i < std::min(loaded->pipelines.size(), now.pipelines.size()); ++i)
-        if (core::state_fingerprint(loaded->pipelines[i].spec) !=
-                core::state_fingerprint(now.pipelines[i].spec) ||
-            loaded->pipelines[i].spec.name != now.pipelines[i].spec.name)
-            needs_restart.push_back("pipelines/" + std::to_string(i));
-    if (!needs_restart.empty()) {
-        std::string list;
-        for (const auto& s : needs_restart)
-            list += (list.empty() ? "" : ", ") + s;
-        spdlog::warn(
-            "reload: {} changed; these need a restart (systemctl restart tidemark), "
-            "the running config stays",
-            list);
-        notifier.status("reload refused: " + list + " need a restart");
-    } else {
-        spdlog::set_level(spdlog::level::from_str(loaded->log_level));
-        impl_->config.log_level = loaded->log_level;
-        spdlog::info("reload: applied log_level {}", loaded->log_level);
-        notifier.status("reloaded");
+    if (loaded->node_id != now.node_id) needs_restart.push_back("/node_id");
+    if (loaded->data_dir != now.data_dir) needs_restart.push_back("/data_dir");
+    if (loaded->source.uri != now.source.uri || loaded->source.client_id != now.source.client_id)
+        needs_restart.push_back("/source");
+    if (loaded->upstream.has_value() != now.upstream.has_value() ||
+        (loaded->upstream && (loaded->upstream->uri != now.upstream->uri ||
+                              loaded->upstream->client_id != now.upstream->client_id ||
+                              loaded->upstream->topic != now.upstream->topic)))
+        needs_restart.push_back("/upstream");
+    for (const std::string& p : needs_restart)
+        outcome.errors.push_back(p +
+                                 ": changed; this needs a restart (systemctl restart "
+                                 "tidemark)");
+    if (!needs_restart.empty()) return refuse("reload refused: a restart is needed");
+    if (auto ok = m.host->reconfigure(*loaded); !ok) {
+        outcome.errors.push_back("(config): " + ok.error().message);
+        return refuse("reload refused: " + ok.error().message);
     }
+    spdlog::set_level(spdlog::level::from_str(loaded->log_level));
+    m.config.log_level = loaded->log_level;
+    m.config.backfill = loaded->backfill;
+    m.config.pipelines = loaded->pipelines;
+    spdlog::info("reload: applied ({} pipelines)", m.config.pipelines.size());
+    outcome.ok = true;
+    m.last_reload = std::move(outcome);
+    notifier.status("reloaded");
     notifier.ready();
+    return true;
+}
+
+const config::Config& ServiceParts::config() const {
+    return impl_->config;
+}
+
+bool ServiceParts::backfilling() const {
+    return impl_->host->backfilling();
+}
+
+Result<size_t> ServiceParts::backfill_step(size_t records_max) {
+    return impl_->host->backfill_step(records_max);
 }
 
 void ServiceParts::stop_clients() {

@@ -85,7 +85,14 @@ class ServiceParts {
     /// The latest report, as published ("{}" before the first refresh_health).
     std::string health_json() const;
     std::string status_line() const;
-    void reload(const std::string& config_path, Notifier& notifier);
+    /// Reads the config file again and applies it (see the .cpp); true when it was applied.
+    /// The outcome is on health (last_reload).
+    bool reload(const std::string& config_path, Notifier& notifier);
+    /// The running config (as last applied).
+    const config::Config& config() const;
+    /// See EngineHost::backfill_step.
+    Result<size_t> backfill_step(size_t records_max);
+    bool backfilling() const;
     void stop_clients();
 
   private:

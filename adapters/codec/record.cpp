@@ -27,7 +27,7 @@ void append_origin(std::string& out, std::string_view node_id, std::string_view 
 
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& e,
-                   std::string& out) {
+                   std::string& out, std::string_view version) {
     TM_ASSERT(aggregate_names.size() == e.values.size());
     static constexpr char hex[] = "0123456789abcdef";
     out.clear();
@@ -36,6 +36,10 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
         out += hex[(e.id >> shift) & 15];
     out += "\",";
     append_origin(out, node_id, pipeline);
+    if (!version.empty()) {
+        out += ",\"version\":";
+        append_json_string(out, version);
+    }
     out += ",\"key\":";
     append_json_string(out, e.key);
     out += ',';

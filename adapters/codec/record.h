@@ -10,14 +10,15 @@
 namespace tidemark::codec {
 
 /// Writes `emission` as one compact JSON object into `out` (replacing its contents), keys in
-/// this order: id (16 lowercase hex digits), node, pipeline, key, window {start, end}, kind,
+/// this order: id (16 lowercase hex digits), node, pipeline, version (when `version` is not
+/// empty: the pipeline's, DESIGN.md section 4), key, window {start, end}, kind,
 /// revision, closed_by, values {name: number or null, in aggregate order}, watermark.
 /// Byte-stable: the same emission gives the same bytes on every run and machine (numbers as
 /// append_json_number). `aggregate_names` are the pipeline's aggregate names in spec order;
 /// there must be one per value.
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& emission,
-                   std::string& out);
+                   std::string& out, std::string_view version = {});
 
 /// Writes a too-late event as one compact JSON object into `out` (replacing its contents):
 /// node, pipeline, reason, key, log_offset, event_ms, ingest_ms, window {start, end},

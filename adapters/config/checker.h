@@ -144,6 +144,10 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
                    std::optional<UpstreamConfig>& out);
 void read_health(Checker& c, const Json& root, HealthConfig& health);
 void read_pipeline(Checker& c, const Json& j, const std::string& pointer, PipelineConfig& out);
+// versions.cpp: a pipeline's "backfill" section, and the top-level one.
+void read_backfill_from(Checker& c, const Json& pipeline, const std::string& pointer,
+                        PipelineConfig& out);
+void read_backfill_settings(Checker& c, const Json& root, BackfillConfig& out);
 void check_key_budget(Checker& c, const PipelineConfig& pipeline, const std::string& pointer);
 void check_map_budget(Checker& c, const Config& config, const std::vector<bool>& pipeline_ok);
 

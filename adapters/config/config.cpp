@@ -207,7 +207,7 @@ ConfigResult parse_config(std::string_view text, const std::string& base_dir_for
     }
     c.check_keys(root, "",
                  {"node_id", "data_dir", "storage", "checkpoint", "source", "upstream", "health",
-                  "log_level", "pipelines"});
+                  "log_level", "backfill", "pipelines"});
 
     Config config;
     read_identity(c, root, config);
@@ -222,6 +222,7 @@ ConfigResult parse_config(std::string_view text, const std::string& base_dir_for
                    {"info", std::string("info")},
                    {"warn", std::string("warn")},
                    {"error", std::string("error")}});
+    read_backfill_settings(c, root, config.backfill);
     check_outbox_fits(c, config);
     read_pipelines(c, root, config);
 

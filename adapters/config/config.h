@@ -46,6 +46,24 @@ struct PipelineConfig {
     std::vector<Extractor> partition;  // empty: the partition is the key
     TimestampSpec timestamp;
     std::vector<std::string> field_pointers;  // parallel to spec.fields
+    /// A short, stable hash (8 hex digits) of what changes the meaning of the pipeline's
+    /// results: topic filter, key, partition, timestamp, fields, window, aggregates, watermark
+    /// and late policy; not its name, limits or backfill (DESIGN.md section 4). Also in
+    /// spec.version.
+    std::string version;
+    /// The pipeline's JSON object as written, compact: stored beside a version's state, so that
+    /// a restart can keep a previous version running after the config moved on.
+    std::string definition;
+    /// backfill.from, a duration before now or an RFC 3339 time (at most one is set); neither:
+    /// a new version backfills from the oldest retained log record.
+    std::optional<int64_t> backfill_from_age_ms;
+    std::optional<int64_t> backfill_from_ms;
+};
+
+/// How a new pipeline version's backfill shares the process with live work.
+struct BackfillConfig {
+    double max_share = 0.5;           // of one core
+    int64_t max_live_delay_ms = 200;  // the longest a backfill step holds live records back
 };
 
 /// Paths are absolute after loading (relative ones resolve against the config file's
@@ -156,6 +174,7 @@ struct Config {
     std::optional<UpstreamConfig> upstream;  // absent: results stay in the outbox
     HealthConfig health;
     std::string log_level = "info";  // trace, debug, info, warn or error
+    BackfillConfig backfill;
     std::vector<PipelineConfig> pipelines;
 };
 
@@ -182,6 +201,15 @@ ConfigResult load_config_file(const std::string& path);
 /// gateway's config on a 64-bit machine.
 ConfigResult parse_config(std::string_view json, const std::string& base_dir_for_relative_files,
                           size_t pointer_bytes = sizeof(void*));
+
+/// The version of a pipeline (PipelineConfig::version), computed from its typed definition:
+/// "1m" and "60s" are the same version. Stable across builds: results' ids hash it.
+std::string pipeline_version(const PipelineConfig& pipeline);
+
+/// A pipeline's stored definition (PipelineConfig::definition) read back, as the config reader
+/// reads it; the state-budget arithmetic is not repeated (it passed when it was the config).
+std::expected<PipelineConfig, std::vector<ConfigError>> parse_pipeline_definition(
+    std::string_view json);
 
 /// "tcp://host:port" or "ssl://host:port" (an IPv6 host in brackets), or a sentence saying what
 /// is wrong with `uri`, as check-config prints it.

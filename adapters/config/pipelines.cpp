@@ -371,7 +371,7 @@ void read_pipeline(Checker& c, const Json& j, const std::string& p, PipelineConf
     if (!c.expect_object(j, p, example)) return;
     c.check_keys(j, p,
                  {"name", "topic", "key", "partition", "timestamp", "fields", "window", "watermark",
-                  "late", "aggregates", "quantile", "limits"});
+                  "late", "aggregates", "quantile", "limits", "backfill"});
     std::optional<FilterShape> shape = read_name_and_topic(c, j, p, out);
     if (const Json* key = Checker::member(j, "key")) {
         out.key = parse_extractors(c, *key, p + "/key", shape);
@@ -389,6 +389,11 @@ void read_pipeline(Checker& c, const Json& j, const std::string& p, PipelineConf
     read_aggregates(c, j, p, out);
     read_quantile_options(c, j, p, out.spec.quantile);
     read_limits(c, j, p, out.spec.limits);
+    read_backfill_from(c, j, p, out);
+    // The definition as written, compact, and what it means: see PipelineConfig::version.
+    out.definition = j.dump();
+    out.version = pipeline_version(out);
+    out.spec.version = out.version;
 }
 
 }  // namespace tidemark::config::detail

@@ -17,8 +17,13 @@ constexpr char side_row_columns_tag = '\0';
 // gives plain big-endian, the order of unsigned seqs and ids.
 constexpr uint64_t sign_bit = uint64_t{1} << 63;
 
+// The kind field of a version record (OutboxRow::version_record), since format 4: not an
+// emission kind, so no build that predates it reads one as a result.
+constexpr uint32_t version_record_kind = 16;
+
 bool known_emission_kind(uint32_t kind) {
-    return kind <= static_cast<uint32_t>(core::EmissionKind::retract);
+    return kind <= static_cast<uint32_t>(core::EmissionKind::retract) ||
+           kind == version_record_kind;
 }
 
 }  // namespace
@@ -43,7 +48,8 @@ std::string u64_value(uint64_t v) {
 }
 
 // id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
-// 1 update, 2 retract: core::EmissionKind's values), payload str, enqueued_ms i64 (format 2).
+// 1 update, 2 retract: core::EmissionKind's values; 16 a version record), payload str, enqueued_ms
+// i64 (format 2).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
     out.reserve(48 + row.pipeline.size() + row.key.size() + row.payload.size());
@@ -53,7 +59,7 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_i64(out, row.window_start_ms);
     bytes::put_i64(out, row.window_end_ms);
     bytes::put_u32(out, row.revision);
-    const auto kind = static_cast<uint32_t>(row.kind);
+    const auto kind = row.version_record ? version_record_kind : static_cast<uint32_t>(row.kind);
     TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
     bytes::put_u32(out, kind);
     bytes::put_str(out, row.payload);
@@ -69,13 +75,16 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
         !bytes::get_u32(in, row.revision) || !bytes::get_u32(in, kind) ||
         !get_str(in, row.payload) || !known_emission_kind(kind))
         return false;
-    row.kind = static_cast<core::EmissionKind>(kind);
+    row.version_record = kind == version_record_kind;
+    row.kind = row.version_record ? core::EmissionKind::final_result
+                                  : static_cast<core::EmissionKind>(kind);
     row.enqueued_ms = 0;  // a row written by format version 1: unknown
     if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
     return in.empty();
 }
 
 std::optional<std::string> window_key(const OutboxRow& row) {
+    if (row.version_record) return std::nullopt;  // never compacted: each switch is told
     std::string k;
     bytes::put_str(k, row.pipeline);
     bytes::put_str(k, row.key);

@@ -76,8 +76,9 @@ class Store {
     const std::string& dir() const { return options_.dir; }
     bool read_only() const { return options_.read_only; }
     // 2: outbox rows carry enqueued_ms. 3: side rows carry pipeline and key (rows of older
-    // formats are still read). open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 3;
+    // formats are still read). 4: outbox rows may be version records, state may hold two
+    // versions of a pipeline. open() writes this version into an older store it opens writable.
+    static constexpr uint64_t format_version = 4;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
@@ -90,6 +91,8 @@ class Store {
     /// error.
     StoreResult<void> for_each_state(
         const std::function<Result<void>(std::string_view key, std::string_view value)>& fn);
+    /// One state entry, or nullopt when there is none.
+    StoreResult<std::optional<std::string>> get_state(std::string_view key);
     /// Deletes every state entry whose key starts with prefix (one pipeline's state); returns how
     /// many.
     StoreResult<size_t> drop_prefix(std::string_view prefix);
@@ -178,6 +181,12 @@ class CheckpointTxn final : public core::StateWriter {
 
     void put(std::string_view key, std::string_view value) override;
     void erase(std::string_view key) override;
+    /// Erases every state entry whose key starts with `prefix` (a version's state going).
+    void erase_prefix(std::string_view prefix);
+    /// Renames every state entry under `from` to start with `to` instead, overwriting what is
+    /// there (a backfilled version taking over its pipeline's live name). Costs one delete and
+    /// one put per entry, in this transaction.
+    void rename_prefix(std::string_view from, std::string_view to);
     /// Writes meta and commits. meta.outbox_seq_next must not exceed the outbox's seq_next.
     StoreResult<void> commit(const CheckpointMeta& meta);
     /// The first error, if poisoned.

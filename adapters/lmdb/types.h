@@ -83,6 +83,10 @@ struct OutboxRow {
     core::EmissionKind kind = core::EmissionKind::final_result;
     int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
     std::string payload;      // the JSON record as sent upstream
+    // A pipeline's version record (DESIGN.md section 4), not a result: sent retained on the
+    // results topic + "/version" after every row before it; never compacted. Key and window
+    // are empty; kind is final_result.
+    bool version_record = false;
 
     bool operator==(const OutboxRow&) const = default;
 };

@@ -104,7 +104,7 @@ bool Forwarder::Impl::publish(uint32_t stream_index, const OutboundRow& row) {
     early_acks_.clear();
     const int rc =
         mosquitto_publish(mosq_, &mid, row.topic.c_str(), static_cast<int>(row.payload.size()),
-                          row.payload.data(), options_.qos, /*retain=*/false);
+                          row.payload.data(), options_.qos, row.retain);
     switch (rc) {
         case MOSQ_ERR_SUCCESS:
             ++sends_;

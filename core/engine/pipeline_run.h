@@ -243,7 +243,7 @@ class PipelineRun {
         KeyState* key;
     };
     std::vector<RankedKey> sort_scratch_;  // sort_by_key's; bounded by keys_max
-    uint64_t id_seed_ = 0;                 // emission_id_seed(node, pipeline name)
+    uint64_t id_seed_ = 0;                 // emission_id_seed(node, pipeline name, version)
 };
 
 // --- the per-event path -----------------------------------------------------------------------

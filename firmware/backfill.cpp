@@ -1,0 +1,60 @@
+#include "firmware/backfill.h"
+
+#include "firmware/versions.h"
+
+namespace tidemark::firmware {
+
+namespace {
+// The steady clock is read once per this many records: a record costs about a microsecond, so
+// a deadline is overrun by well under a millisecond.
+constexpr size_t deadline_check_records = 256;
+}  // namespace
+
+Result<std::unique_ptr<BackfillRun>> BackfillRun::create(const config::Config& base,
+                                                         const config::PipelineConfig& pipeline,
+                                                         const std::string& log_dir,
+                                                         uint64_t offset, int64_t from_ms) {
+    std::unique_ptr<BackfillRun> run(new BackfillRun());
+    run->pipeline_ = pipeline;
+    run->config_.node_id = base.node_id;
+    run->config_.pipelines.push_back(pipeline);
+    const std::string state_name = backfill_state_name(pipeline.spec.name, pipeline.version);
+    run->config_.pipelines[0].spec.state_name = state_name;
+    auto processor = Processor::create(run->config_, state_name);
+    if (!processor) return std::unexpected(processor.error());
+    run->processor_ = std::move(*processor);
+    run->sink_ = std::make_unique<BatchSink>(run->config_);
+    auto reader = log::LogReader::open(log_dir);
+    if (!reader) return std::unexpected(reader.error());
+    run->reader_ = std::move(*reader);
+    if (auto ok = run->reader_->seek(offset); !ok) return std::unexpected(ok.error());
+    run->offset_ = offset;
+    run->first_offset_ = offset;
+    run->from_ms_ = from_ms;
+    return run;
+}
+
+Result<size_t> BackfillRun::step(uint64_t end, size_t records_max, int64_t deadline_ms,
+                                 const core::Clock& clock) {
+    const int64_t t0 = clock.steady_ms();
+    size_t n = 0;
+    log::Record rec;
+    while (n < records_max && offset_ < end) {
+        if (n % deadline_check_records == deadline_check_records - 1 &&
+            clock.steady_ms() >= deadline_ms)
+            break;
+        auto next = reader_->next(rec, end);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;
+        offset_ = rec.next_offset;
+        ++n;
+        if (rec.ingest_ms < from_ms_) continue;
+        if (since_ms_ == INT64_MIN) since_ms_ = rec.ingest_ms;
+        processor_->feed(rec, *sink_);
+    }
+    records_ += n;
+    busy_ms_ += clock.steady_ms() - t0;
+    return n;
+}
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,348 @@
+// The engine host's pipeline versions (DESIGN.md section 4; engine_host.h): the stored registry,
+// the plan it and the wanted config make, backfill steps and the switch.
+#include <spdlog/spdlog.h>
+#include <algorithm>
+
+#include "firmware/engine_host.h"
+
+namespace tidemark::firmware {
+
+namespace {
+
+// The registry's key prefixes of one pipeline's versions.
+std::string live_prefix(std::string_view name) {
+    return core::Engine::state_prefix(name);
+}
+
+// Where a new version's backfill starts reading: backfill.from, else the oldest record.
+int64_t backfill_from_ms(const config::PipelineConfig& p, int64_t now_ms) {
+    if (p.backfill_from_ms) return *p.backfill_from_ms;
+    if (p.backfill_from_age_ms) return now_ms - *p.backfill_from_age_ms;
+    return INT64_MIN;
+}
+
+Error conflict(std::string message) {
+    return Error{std::move(message), exit_config_conflict};
+}
+
+}  // namespace
+
+// The registry as stored. A store without one is new, or from before versions (it ran every
+// pipeline of its config). Either way every pipeline is taken as live in the wanted config's
+// version: recovery replays the whole log into a new store, which is that version's backfill
+// done before ingest starts; an old store's state is checked against the definition on restore,
+// as it was before versions. Each version record goes out at this first start.
+Result<void> EngineHost::load_versions() {
+    auto stored = store_->get_state(versions_key);
+    if (!stored) return fail("reading the pipeline versions: " + stored.error().message);
+    if (*stored) {
+        auto decoded = VersionRegistry::decode(**stored);
+        if (!decoded) return std::unexpected(decoded.error());
+        registry_ = std::move(*decoded);
+        return {};
+    }
+    registry_ = {};
+    // The oldest retained record's ingest time; 0 ("from the start") for an empty log. A
+    // function of the log, like everything the outbox holds.
+    int64_t since_ms = 0;
+    auto reader = log::LogReader::open(writer_->options().dir);
+    log::Record first;
+    if (reader && (*reader)->seek(writer_->first_offset()) &&
+        (*reader)->next(first, writer_->end_offset()).value_or(false))
+        since_ms = first.ingest_ms;
+    for (const config::PipelineConfig& p : config_.pipelines) {
+        VersionEntry& e = registry_.get(p.spec.name);
+        e.live_version = p.version;
+        e.live_definition = p.definition;
+        e.since_ms = since_ms;
+        e.record_pending = true;
+    }
+    return {};
+}
+
+// What runs, from the registry and the wanted config: the live config, the backfills, and what
+// the next checkpoint drops. Changes registry_ in memory; the next checkpoint commits it.
+Result<void> EngineHost::plan_versions() {
+    live_config_ = config_;
+    live_config_.pipelines.clear();
+    backfills_.clear();
+    const auto drop_backfill = [&](VersionEntry& e) {
+        if (e.backfill_version.empty()) return;
+        const std::string state_name = backfill_state_name(e.name, e.backfill_version);
+        erase_prefixes_.push_back(live_prefix(state_name));
+        erase_keys_.push_back(Processor::counters_key_for(state_name));
+        spdlog::warn("pipeline '{}': the backfill of version {} is abandoned for the config's",
+                     e.name, e.backfill_version);
+        e.backfill_version.clear();
+        e.backfill_definition.clear();
+    };
+    for (const config::PipelineConfig& p : config_.pipelines) {
+        VersionEntry& e = registry_.get(p.spec.name);
+        if (e.live_version == p.version) {
+            drop_backfill(e);
+            e.live_definition = p.definition;  // limits apply in place
+            live_config_.pipelines.push_back(p);
+            continue;
+        }
+        if (!e.live_version.empty()) {
+            auto previous = config::parse_pipeline_definition(e.live_definition);
+            if (!previous)
+                return std::unexpected(conflict(
+                    "pipeline '" + e.name + "': the stored definition of its live version " +
+                    e.live_version + " no longer reads (" + previous.error().front().message +
+                    "); drop its state with `tidemark inspect --drop-pipeline`"));
+            previous->version = previous->spec.version = e.live_version;
+            live_config_.pipelines.push_back(std::move(*previous));
+        }
+        bool resumed = e.backfill_version == p.version;
+        if (!resumed) {
+            drop_backfill(e);
+            e.backfill_version = p.version;
+            e.backfill_offset = writer_->first_offset();
+            e.backfill_from_ms = backfill_from_ms(p, clock_.wall_ms());
+            e.backfill_since_ms = INT64_MIN;
+            spdlog::info("pipeline '{}': version {} backfills from log offset {}{}", e.name,
+                         p.version, e.backfill_offset,
+                         e.live_version.empty() ? "" : " while " + e.live_version + " runs live");
+        }
+        e.backfill_definition = p.definition;
+        const uint64_t offset = std::max(e.backfill_offset, writer_->first_offset());
+        auto run =
+            BackfillRun::create(config_, p, writer_->options().dir, offset, e.backfill_from_ms);
+        if (!run) return std::unexpected(run.error());
+        (*run)->set_since_ms(e.backfill_since_ms);
+        (*run)->set_resumed(resumed);
+        backfills_.push_back(std::move(*run));
+    }
+    // Pipelines no longer in the config stop; their state goes, their version record is
+    // cleared after their rows already in the outbox.
+    for (size_t i = registry_.entries.size(); i-- > 0;) {
+        VersionEntry& e = registry_.entries[i];
+        if (std::any_of(config_.pipelines.begin(), config_.pipelines.end(),
+                        [&](const config::PipelineConfig& p) { return p.spec.name == e.name; }))
+            continue;
+        drop_backfill(e);
+        erase_prefixes_.push_back(live_prefix(e.name));
+        if (!e.live_version.empty()) {
+            lmdb::OutboxRow row;
+            row.id = version_record_id(config_.node_id, e.name, "removed:" + e.live_version);
+            row.pipeline = e.name;
+            row.version_record = true;  // an empty retained payload clears the record
+            version_rows_.push_back(std::move(row));
+        }
+        spdlog::warn(
+            "pipeline '{}' is no longer in the config: its state is dropped; its results "
+            "already in the outbox are still sent",
+            e.name);
+        registry_.entries.erase(registry_.entries.begin() + static_cast<ptrdiff_t>(i));
+    }
+    for (const VersionEntry& e : registry_.entries)
+        if (e.record_pending && !e.live_version.empty()) queue_version_record(e);
+    return {};
+}
+
+void EngineHost::queue_version_record(const VersionEntry& e) {
+    lmdb::OutboxRow row;
+    row.id = version_record_id(config_.node_id, e.name, e.live_version);
+    row.pipeline = e.name;
+    row.version_record = true;
+    row.payload = version_record_json(e);
+    std::erase_if(version_rows_, [&](const lmdb::OutboxRow& r) { return r.id == row.id; });
+    version_rows_.push_back(std::move(row));
+}
+
+// Routes one stored entry to the processor that wrote it; state of versions no longer planned
+// is dropped by the next checkpoint.
+Result<void> EngineHost::restore_entry(std::string_view key, std::string_view value) {
+    if (key == versions_key) return {};
+    if (key == processor_->counters_key()) return processor_->restore_entry(key, value);
+    for (auto& run : backfills_)
+        if (key == run->processor().counters_key())
+            return run->resumed() ? run->processor().restore_entry(key, value) : Result<void>{};
+    const auto state_name = core::Engine::pipeline_of_state_key(key);
+    if (!state_name) {
+        if (!key.starts_with(Processor::counters_key_for("")))
+            spdlog::warn("state: an entry of an unknown kind ({} bytes of key) is ignored",
+                         key.size());
+        return {};
+    }
+    if (processor_->engine().find_pipeline(*state_name) >= 0)
+        return processor_->restore_entry(key, value);
+    for (auto& run : backfills_)
+        if (run->state_name() == *state_name)
+            return run->resumed() ? run->processor().restore_entry(key, value) : Result<void>{};
+    const std::string prefix = live_prefix(*state_name);
+    if (std::find(erase_prefixes_.begin(), erase_prefixes_.end(), prefix) == erase_prefixes_.end())
+        erase_prefixes_.push_back(prefix);
+    return {};
+}
+
+// The plan, then every processor created and restored from the committed state.
+Result<void> EngineHost::load_from_store() {
+    if (auto planned = plan_versions(); !planned) return planned;
+    auto processor = Processor::create(live_config_);
+    if (!processor) return std::unexpected(processor.error());
+    processor_ = std::move(*processor);
+    sink_ = std::make_unique<BatchSink>(live_config_);
+    auto loaded = store_->for_each_state(
+        [&](std::string_view k, std::string_view v) { return restore_entry(k, v); });
+    if (!loaded) return fail("restoring state: " + loaded.error().message);
+    auto finished = processor_->restore_finish();
+    for (auto& run : backfills_)
+        if (finished) finished = run->processor().restore_finish();
+    if (!finished)
+        return std::unexpected(
+            conflict("restoring state: " + finished.error().message +
+                     ". Put the previous definition back, or drop the pipeline's state with "
+                     "`tidemark inspect --config FILE --drop-pipeline NAME` (its version then "
+                     "backfills from the log)"));
+    return {};
+}
+
+// Each backfill's state and position, then the registry, into the checkpoint's transaction.
+void EngineHost::write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next) {
+    for (auto& run : backfills_) {
+        run->processor().checkpoint(txn);
+        VersionEntry& e = next.get(run->name());
+        e.backfill_offset = run->offset();
+        e.backfill_since_ms = run->since_ms();
+    }
+    txn.put(versions_key, next.encode());
+}
+
+uint64_t EngineHost::retention_offset() const {
+    uint64_t offset = checkpoint_.log_offset;
+    for (const VersionEntry& e : registry_.entries)
+        if (!e.backfill_version.empty()) offset = std::min(offset, e.backfill_offset);
+    return offset;
+}
+
+Result<size_t> EngineHost::backfill_step(size_t records_max) {
+    const int64_t now = clock_.steady_ms();
+    if (backfill_refill_ms_ == 0) backfill_refill_ms_ = now;
+    const double slice_max_ms = static_cast<double>(config_.backfill.max_live_delay_ms);
+    backfill_credit_ms_ = std::min(
+        slice_max_ms, backfill_credit_ms_ + static_cast<double>(now - backfill_refill_ms_) *
+                                                config_.backfill.max_share);
+    backfill_refill_ms_ = now;
+    if (backfills_.empty() || !sink_->rows.empty() || backfill_credit_ms_ < 1) return 0;
+    BackfillRun& run = *backfills_.front();
+    auto n = run.step(consumed_offset_, records_max,
+                      now + static_cast<int64_t>(backfill_credit_ms_), clock_);
+    if (!n) return std::unexpected(n.error());
+    backfill_credit_ms_ -= static_cast<double>(clock_.steady_ms() - now);
+    for (lmdb::OutboxRow& row : run.sink().rows)
+        sink_->rows.push_back(std::move(row));
+    run.sink().rows.clear();
+    // Side output of history is not kept: the side store dedupes by log position, which the
+    // live version has passed (counted as too_late all the same).
+    run.sink().side.clear();
+    auto flushed = flush();
+    if (!flushed) return std::unexpected(flushed.error());
+    if (!*flushed || run.offset() < consumed_offset_) return *n;
+    auto switched = switch_version(run);
+    if (!switched) return std::unexpected(switched.error());
+    return *n;
+}
+
+// The run is at the live position and its rows are in the outbox: in one checkpoint the live
+// version's state goes, the run's takes the pipeline's name, and the registry names it live;
+// then every processor is restored from that. A checkpoint that cannot commit changes nothing:
+// the switch is tried again on the next step.
+Result<bool> EngineHost::switch_version(BackfillRun& run) {
+    if (auto ok = writer_->sync(); !ok) return std::unexpected(ok.error());
+    auto stats = store_->outbox_stats();
+    if (!stats) return fail(stats.error().message);
+    auto txn = store_->begin_checkpoint();
+    if (!txn) return fail(txn.error().message);
+    for (const std::string& prefix : erase_prefixes_)
+        (*txn)->erase_prefix(prefix);
+    for (const std::string& key : erase_keys_)
+        (*txn)->erase(key);
+    processor_->checkpoint(**txn);
+    VersionRegistry next = registry_;
+    write_versions(**txn, next);
+    VersionEntry& e = next.get(run.name());
+    (*txn)->erase_prefix(live_prefix(run.name()));
+    (*txn)->rename_prefix(live_prefix(run.state_name()), live_prefix(run.name()));
+    (*txn)->erase(run.processor().counters_key());
+    e.previous = e.live_version;
+    e.live_version = run.version();
+    e.live_definition = run.definition();
+    e.since_ms = run.since_ms() != INT64_MIN ? run.since_ms() : 0;
+    e.record_pending = true;
+    e.backfill_version.clear();
+    e.backfill_definition.clear();
+    (*txn)->put(versions_key, next.encode());
+    lmdb::CheckpointMeta meta;
+    meta.log_offset = consumed_offset_;
+    meta.outbox_seq_next = stats->seq_next;
+    meta.checkpoint_ms = clock_.wall_ms();
+    meta.node_id = config_.node_id;
+    auto committed = (*txn)->commit(meta);
+    txn->reset();
+    if (!committed) {
+        processor_->checkpoint_failed();
+        for (auto& r : backfills_)
+            r->processor().checkpoint_failed();
+        spdlog::warn("pipeline '{}': the switch to version {} waits: {}", run.name(), run.version(),
+                     committed.error().message);
+        return false;
+    }
+    spdlog::info("pipeline '{}': version {} is live (previous: {}), after backfilling {} records",
+                 run.name(), run.version(), e.previous.empty() ? "none" : e.previous,
+                 run.records());
+    switches_.push_back({run.name(), run.version(), e.since_ms});
+    registry_ = std::move(next);
+    erase_prefixes_.clear();
+    erase_keys_.clear();
+    checkpoint_.log_offset = consumed_offset_;
+    checkpoint_.wall_ms = meta.checkpoint_ms;
+    ++checkpoint_.count;
+    if (auto loaded = load_from_store(); !loaded) return std::unexpected(loaded.error());
+    return true;
+}
+
+Result<void> EngineHost::reconfigure(const config::Config& wanted) {
+    if (!can_checkpoint())
+        return fail("results wait for room in the outbox; reload again once it drains");
+    if (auto ok = checkpoint(); !ok) return ok;
+    const config::Config previous = config_;
+    config_.pipelines = wanted.pipelines;
+    config_.backfill = wanted.backfill;
+    config_.log_level = wanted.log_level;
+    if (auto loaded = load_from_store(); !loaded) {
+        // The committed state is the old config's: restore it as it was.
+        config_ = previous;
+        if (auto back = load_from_store(); !back) return std::unexpected(back.error());
+        return loaded;
+    }
+    return {};
+}
+
+std::vector<BackfillFigures> EngineHost::backfill_figures() const {
+    std::vector<BackfillFigures> out;
+    for (const auto& run : backfills_) {
+        BackfillFigures f;
+        f.pipeline = run->name();
+        f.version = run->version();
+        f.offset = run->offset();
+        f.end_offset = consumed_offset_;
+        f.records = run->records();
+        if (run->busy_ms() > 0 && run->records() > 0) {
+            f.records_per_s =
+                static_cast<double>(run->records()) * 1000.0 / static_cast<double>(run->busy_ms());
+            // Records left, estimated from the bytes left at the bytes per record read so far.
+            const double bytes_per_record =
+                static_cast<double>(run->offset() - run->first_offset()) /
+                static_cast<double>(run->records());
+            if (bytes_per_record > 0 && config_.backfill.max_share > 0)
+                f.eta_s = static_cast<double>(f.end_offset - f.offset) / bytes_per_record /
+                          (f.records_per_s * config_.backfill.max_share);
+        }
+        out.push_back(std::move(f));
+    }
+    return out;
+}
+
+}  // namespace tidemark::firmware

@@ -1,0 +1,101 @@
+#include "firmware/versions.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/bytes.h"
+#include "core/hash.h"
+
+namespace tidemark::firmware {
+
+namespace bytes = core::bytes;
+
+namespace {
+constexpr uint8_t registry_encoding = 1;
+}  // namespace
+
+VersionEntry* VersionRegistry::find(std::string_view name) {
+    auto it = std::find_if(entries.begin(), entries.end(),
+                           [&](const VersionEntry& e) { return e.name == name; });
+    return it == entries.end() ? nullptr : &*it;
+}
+
+VersionEntry& VersionRegistry::get(std::string_view name) {
+    if (VersionEntry* e = find(name)) return *e;
+    entries.push_back(VersionEntry{});
+    entries.back().name = std::string(name);
+    return entries.back();
+}
+
+void VersionRegistry::remove(std::string_view name) {
+    std::erase_if(entries, [&](const VersionEntry& e) { return e.name == name; });
+}
+
+std::string VersionRegistry::encode() const {
+    std::string out;
+    out.push_back(static_cast<char>(registry_encoding));
+    bytes::put_u32(out, static_cast<uint32_t>(entries.size()));
+    for (const VersionEntry& e : entries) {
+        for (const std::string* s : {&e.name, &e.live_version, &e.live_definition, &e.previous,
+                                     &e.backfill_version, &e.backfill_definition})
+            bytes::put_str(out, *s);
+        bytes::put_i64(out, e.since_ms);
+        out.push_back(e.record_pending ? 1 : 0);
+        bytes::put_u64(out, e.backfill_offset);
+        bytes::put_i64(out, e.backfill_from_ms);
+        bytes::put_i64(out, e.backfill_since_ms);
+    }
+    return out;
+}
+
+Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
+    const auto damaged = [] { return fail("the stored pipeline versions are damaged"); };
+    VersionRegistry r;
+    uint32_t n = 0;
+    if (in.empty() || static_cast<uint8_t>(in[0]) != registry_encoding) return damaged();
+    in.remove_prefix(1);
+    if (!bytes::get_u32(in, n) || n > 4096) return damaged();
+    for (uint32_t i = 0; i < n; ++i) {
+        VersionEntry e;
+        for (std::string* s : {&e.name, &e.live_version, &e.live_definition, &e.previous,
+                               &e.backfill_version, &e.backfill_definition}) {
+            std::string_view v;
+            if (!bytes::get_str(in, v)) return damaged();
+            *s = std::string(v);
+        }
+        if (!bytes::get_i64(in, e.since_ms) || in.empty() || static_cast<uint8_t>(in[0]) > 1)
+            return damaged();
+        e.record_pending = in[0] != 0;
+        in.remove_prefix(1);
+        if (!bytes::get_u64(in, e.backfill_offset) || !bytes::get_i64(in, e.backfill_from_ms) ||
+            !bytes::get_i64(in, e.backfill_since_ms))
+            return damaged();
+        r.entries.push_back(std::move(e));
+    }
+    if (!in.empty()) return damaged();
+    return r;
+}
+
+std::string backfill_state_name(std::string_view pipeline, std::string_view version) {
+    return std::string(pipeline) + "@" + std::string(version);
+}
+
+std::string version_record_json(const VersionEntry& e) {
+    nlohmann::ordered_json j;
+    j["version"] = e.live_version;
+    j["since_ms"] = e.since_ms;
+    j["previous"] =
+        e.previous.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.previous);
+    return j.dump();
+}
+
+uint64_t version_record_id(std::string_view node, std::string_view pipeline,
+                           std::string_view version) {
+    namespace hash = core::hash;
+    uint64_t h = hash::fnv1a_str(hash::fnv_offset, "version-record");
+    h = hash::fnv1a_str(h, node);
+    h = hash::fnv1a_str(h, pipeline);
+    return hash::mix(hash::fnv1a_str(h, version));
+}
+
+}  // namespace tidemark::firmware

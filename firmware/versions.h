@@ -1,0 +1,58 @@
+// Pipeline versions as the store keeps them (DESIGN.md section 4): for each pipeline, the
+// version that runs live and the one that backfills, with the definitions needed to run either
+// after the config moved on, and the backfill's position in the log.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace tidemark::firmware {
+
+/// The state key of the registry: beside the engine's (0x01) and the decode counters (0x02).
+inline constexpr std::string_view versions_key = "\x03versions";
+
+/// One pipeline's versions. A pipeline that has only ever backfilled has no live version yet.
+struct VersionEntry {
+    std::string name;
+    std::string live_version;      // empty: none runs live yet
+    std::string live_definition;   // its JSON object (PipelineConfig::definition)
+    std::string previous;          // the version live before it, for the version record
+    int64_t since_ms = 0;          // the oldest ingest time its results cover
+    bool record_pending = false;   // its version record is not yet in the outbox
+    std::string backfill_version;  // empty: no backfill
+    std::string backfill_definition;
+    uint64_t backfill_offset = 0;           // the next log record the backfill reads
+    int64_t backfill_from_ms = INT64_MIN;   // records ingested before this are skipped
+    int64_t backfill_since_ms = INT64_MIN;  // ingest time of the first record it fed; MIN: none
+};
+
+/// Operation: encoded with core/bytes.h into one state value, written in every checkpoint, so
+/// that it always matches the state and log offset it is committed with.
+/// Limits: one entry per pipeline name ever configured and not yet removed (the config allows 64).
+struct VersionRegistry {
+    std::vector<VersionEntry> entries;
+
+    VersionEntry* find(std::string_view name);
+    VersionEntry& get(std::string_view name);  // adds an empty entry when missing
+    void remove(std::string_view name);
+    std::string encode() const;
+    static Result<VersionRegistry> decode(std::string_view value);
+};
+
+/// The state name of a backfilling version: its state lives apart from the live version's.
+std::string backfill_state_name(std::string_view pipeline, std::string_view version);
+
+/// The retained record on the results topic + "/version" that names the version consumers read:
+/// {"version": ..., "since_ms": ..., "previous": ... or null}.
+std::string version_record_json(const VersionEntry& entry);
+
+/// A stable id for a version record (node, pipeline, version), so that one appended again after
+/// a crash is skipped by the outbox's id index.
+uint64_t version_record_id(std::string_view node, std::string_view pipeline,
+                           std::string_view version);
+
+}  // namespace tidemark::firmware
