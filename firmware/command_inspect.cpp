@@ -18,6 +18,7 @@
 #include "firmware/processor.h"
 #include "firmware/time_text.h"
 #include "firmware/version_plan.h"
+#include "firmware/versions.h"
 
 namespace tidemark::firmware {
 
@@ -406,6 +407,46 @@ void print_text(const json& j, std::ostream& out) {
 
 // The way out of "the stored state was written under another definition": the pipeline
 // starts afresh from the checkpoint. Needs the service stopped (its lock on data_dir).
+namespace {
+
+// The pipeline's state, its backfill's, and its entry in the version registry, in one
+// transaction that keeps the checkpoint as it was; returns state records dropped.
+Result<uint64_t> drop_versions(lmdb::Store& store, const std::string& name) {
+    auto cp = store.load_checkpoint();
+    if (!cp) return fail(cp.error().message);
+    if (!*cp) {  // nothing checkpointed: no registry either
+        auto n = store.drop_prefix(core::Engine::state_prefix(name));
+        if (!n) return fail(n.error().message);
+        return *n;
+    }
+    auto stored = store.get_state(versions_key);
+    if (!stored) return fail(stored.error().message);
+    std::optional<VersionRegistry> registry;
+    if (*stored) {
+        auto decoded = VersionRegistry::decode(**stored);
+        if (!decoded) return std::unexpected(decoded.error());
+        registry = std::move(*decoded);
+    }
+    auto txn = store.begin_checkpoint();
+    if (!txn) return fail(txn.error().message);
+    const uint64_t erased_before = (*txn)->erases();
+    (*txn)->erase_prefix(core::Engine::state_prefix(name));
+    if (registry) {
+        if (const VersionEntry* e = registry->find(name); e && !e->backfill_version.empty()) {
+            const std::string state_name = backfill_state_name(name, e->backfill_version);
+            (*txn)->erase_prefix(core::Engine::state_prefix(state_name));
+            (*txn)->erase(Processor::counters_key_for(state_name));
+        }
+        registry->remove(name);
+        (*txn)->put(versions_key, registry->encode());
+    }
+    const uint64_t erased = (*txn)->erases() - erased_before;
+    if (auto ok = (*txn)->commit(**cp); !ok) return fail(ok.error().message);
+    return erased;
+}
+
+}  // namespace
+
 int drop_pipeline(const std::string& data_dir, const std::optional<config::Config>& config,
                   const std::string& name) {
     auto lock = DirLock::take(data_dir);
@@ -422,13 +463,14 @@ int drop_pipeline(const std::string& data_dir, const std::optional<config::Confi
         std::cerr << "tidemark inspect --drop-pipeline: " << store.error().message << "\n";
         return 1;
     }
-    auto dropped = (*store)->drop_prefix(core::Engine::state_prefix(name));
+    auto dropped = drop_versions(**store, name);
     if (!dropped) {
         std::cerr << "tidemark inspect --drop-pipeline: " << dropped.error().message << "\n";
         return 1;
     }
     std::cout << "dropped " << *dropped << " state records of pipeline '" << name
-              << "'; its outbox rows stay and are sent\n";
+              << "'; its outbox rows stay and are sent; on the next start its version "
+                 "backfills from the log as a new pipeline's\n";
     return 0;
 }
 

@@ -113,7 +113,7 @@ TEST_CASE("an unsynchronised clock holds clamping and idle advance until it sync
     CHECK(replayed.exit_code == 0);
 }
 
-TEST_CASE("a removed pipeline's state is dropped; a changed one stops without a restart loop",
+TEST_CASE("a removed pipeline's state is dropped; a changed one backfills its new version",
           "[integration]") {
     Rig rig("restart-config", {}, {});
     auto cfg = rig.config();
@@ -134,21 +134,27 @@ TEST_CASE("a removed pipeline's state is dropped; a changed one stops without a 
     CHECK(rig.daemon_log().find("pipeline 'gone' is no longer in the config") != std::string::npos);
     CHECK(rig.daemon->terminate() == 0);
 
-    // Changed: exits 78 (no restart by systemd), saying what to do.
+    // Changed: check-config says what the start will do; the start backfills the new version
+    // from the log while the old one runs live, then switches (DESIGN.md section 4). Before
+    // versions this was a refusal (exit 78).
     cfg["pipelines"] = {pipeline("keep", "20s")};
     write_config(rig.dir.path(), "tidemark.json", cfg);
+    const auto checked = run_tidemark({"check-config", rig.config_path});
+    INFO(checked.out);
+    CHECK(checked.out.find("would backfill") != std::string::npos);
     rig.daemon->start();
-    const int code = rig.daemon->wait_exit(std::chrono::seconds(15));
-    CHECK(code == 78);
-    CHECK(rig.daemon_log().find("--drop-pipeline") != std::string::npos);
+    wait_log(rig, "ingest: connected", 3);
+    wait_log(rig, "is live (previous: ", 1);
+    CHECK(rig.daemon->running());
 
-    // The way out it names works.
+    // Dropping a pipeline's state by hand still works with the service stopped.
+    CHECK(rig.daemon->terminate() == 0);
     const auto dropped =
         run_tidemark({"inspect", "--config", rig.config_path, "--drop-pipeline", "keep"});
     INFO(dropped.err);
     CHECK(dropped.exit_code == 0);
     rig.daemon->start();
-    wait_log(rig, "ingest: connected", 3);
+    wait_log(rig, "ingest: connected", 4);
 }
 
 }  // namespace tidemark::test
