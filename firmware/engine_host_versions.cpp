@@ -300,6 +300,9 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
     checkpoint_.wall_ms = meta.checkpoint_ms;
     ++checkpoint_.count;
     if (auto loaded = load_from_store(); !loaded) return std::unexpected(loaded.error());
+    // The version record now, before any live result of the new version (a full outbox keeps
+    // it in memory, still first in line).
+    if (auto flushed = flush(); !flushed) return std::unexpected(flushed.error());
     return true;
 }
 

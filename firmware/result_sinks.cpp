@@ -60,17 +60,23 @@ namespace {
 class OutboxSource : public mqtt::OutboxSource {
   public:
     OutboxSource(lmdb::Store& store, const config::Config& config)
-        : store_(store), config_(config) {}
+        : store_(store),
+          config_(config),
+          version_topic_(without_key_level(config.upstream->topic)) {}
     Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
         auto rows = store_.outbox_peek(from_seq, limit);
         if (!rows) return fail(rows.error().message);
         std::vector<mqtt::OutboundRow> out;
         out.reserve(rows->size());
         for (auto& r : *rows) {
-            std::string topic = codec::expand_topic_template(config_.upstream->topic,
-                                                             config_.node_id, r.pipeline, r.key);
-            // A version record: retained beside the results (DESIGN.md section 4).
-            if (r.version_record) topic += "/version";
+            // A version record: retained beside the results (DESIGN.md section 4), on the
+            // pipeline's results topic (without a {key} level) + "/version".
+            std::string topic =
+                r.version_record ? codec::expand_topic_template(version_topic_, config_.node_id,
+                                                                r.pipeline, "") +
+                                       "/version"
+                                 : codec::expand_topic_template(config_.upstream->topic,
+                                                                config_.node_id, r.pipeline, r.key);
             out.push_back({r.seq, std::move(topic), std::move(r.payload), r.version_record});
         }
         return out;
@@ -83,8 +89,16 @@ class OutboxSource : public mqtt::OutboxSource {
     void claimed(uint64_t seq_next) override { store_.set_claimed(seq_next); }
 
   private:
+    // "tidemark/{node_id}/{pipeline}/{key}" -> "tidemark/{node_id}/{pipeline}".
+    static std::string without_key_level(std::string t) {
+        for (const std::string level : {"/{key}", "{key}/", "{key}"})
+            if (auto at = t.find(level); at != std::string::npos) t.erase(at, level.size());
+        return t;
+    }
+
     lmdb::Store& store_;
     const config::Config& config_;
+    std::string version_topic_;
 };
 
 class SideSource : public mqtt::OutboxSource {

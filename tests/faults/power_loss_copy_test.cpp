@@ -42,7 +42,8 @@ CopyState read_copy(const std::string& data_dir) {
     CopyState s;
     const std::vector<tidemark::lmdb::OutboxRow> rows = (*store)->outbox_peek(0, 1 << 22).value();
     for (const auto& row : rows)
-        s.outbox[parse_result(row.payload).id] = row.payload;
+        if (!row.version_record)  // the retained version record is not a result
+            s.outbox[parse_result(row.payload).id] = row.payload;
     auto checkpoint = (*store)->load_checkpoint().value();
     if (checkpoint) s.checkpoint_offset = checkpoint->log_offset;
     return s;

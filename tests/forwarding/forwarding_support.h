@@ -349,12 +349,13 @@ inline Result parse_result(const std::string& payload) {
     return r;
 }
 
-/// Results received upstream on `prefix`... topics (health and status excluded).
+/// Results received upstream on `prefix`... topics (health, status and the retained version
+/// records excluded).
 inline std::vector<Result> received_results(const TestClient& client) {
     std::vector<Result> out;
     for (const auto& m : client.messages())
         if (m.topic.rfind("tidemark/", 0) == 0 && m.topic.find("/health") == std::string::npos &&
-            m.topic.find("/status") == std::string::npos)
+            m.topic.find("/status") == std::string::npos && !m.topic.ends_with("/version"))
             out.push_back(parse_result(m.payload));
     return out;
 }
@@ -458,7 +459,8 @@ class Consumer {
         auto add = [&](const std::vector<ReceivedMessage>& messages) {
             for (const auto& m : messages)
                 if (m.topic.find("/health") == std::string::npos &&
-                    m.topic.find("/status") == std::string::npos)
+                    m.topic.find("/status") == std::string::npos &&
+                    !m.topic.ends_with("/version"))  // the retained version records
                     out.push_back(parse_result(m.payload));
         };
         add(earlier_);

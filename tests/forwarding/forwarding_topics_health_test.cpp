@@ -69,6 +69,8 @@ TEST_CASE("a key holding '/', '+' and '#' is one escaped topic level upstream",
     std::map<std::string, std::string> topic_of_key;
     for (const auto& m : all.messages()) {
         INFO("topic " << m.topic);
+        // The version record: on the results topic without its {key} level, + "/version".
+        if (m.topic == "tidemark/fw-node/t1s/version") continue;
         CHECK(levels(m.topic) == 4);
         topic_of_key[parse_result(m.payload).key] = m.topic;
     }

@@ -277,7 +277,8 @@ ResultRecord parse_result(const std::string& payload) {
 std::vector<ResultRecord> parse_results(const std::vector<ReceivedMessage>& messages) {
     std::vector<ResultRecord> out;
     for (const auto& m : messages) {
-        if (m.topic.size() >= 5 && m.topic.ends_with("/side")) continue;
+        // Side output, and the retained version records (DESIGN.md section 4): not results.
+        if (m.topic.ends_with("/side") || m.topic.ends_with("/version")) continue;
         out.push_back(parse_result(m.payload));
     }
     return out;

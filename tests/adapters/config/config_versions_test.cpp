@@ -80,9 +80,9 @@ TEST_CASE("the backfill's share and live delay", "[config]") {
     const config::Config defaults = load(minimal);
     CHECK(defaults.backfill.max_share == 0.5);
     CHECK(defaults.backfill.max_live_delay_ms == 200);
-    const std::string set = replace(
-        minimal, R"("pipelines")",
-        R"("backfill": {"max_share": 0.25, "max_live_delay": "50ms"}, "pipelines")");
+    const std::string set =
+        replace(minimal, R"("pipelines")",
+                R"("backfill": {"max_share": 0.25, "max_live_delay": "50ms"}, "pipelines")");
     CHECK(load(set).backfill.max_share == 0.25);
     CHECK(load(set).backfill.max_live_delay_ms == 50);
     only_error(replace(set, "0.25", "0"), "/backfill/max_share");

@@ -1,0 +1,274 @@
+// Pipeline versions in-process (DESIGN.md section 4): a changed pipeline backfills beside the
+// live version and switches; its results are replay's; a crash during the backfill resumes it;
+// a broken reload changes nothing; a removed pipeline's version record is cleared. Real log and
+// LMDB, no broker (tests/integration/versions_test.cpp has the daemon and brokers).
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "adapters/config/config.h"
+#include "adapters/lmdb/store.h"
+#include "adapters/log/log_reader.h"
+#include "adapters/log/log_writer.h"
+#include "firmware/clock.h"
+#include "firmware/notify.h"
+#include "firmware/processor.h"
+#include "firmware/result_sinks.h"
+#include "firmware/service_parts.h"
+#include "firmware/versions.h"
+#include "tests/support/broker.h"
+
+using namespace tidemark;
+using tidemark::test::TempDir;
+
+namespace {
+
+// fsync never: step() reads what was written. max_share 1: the backfill is not held back.
+std::string config_json(const std::string& data_dir, const std::string& size,
+                        const std::string& extra_pipeline = "") {
+    return R"({"node_id": "gw", "data_dir": ")" + data_dir + R"(",
+      "storage": {"fsync": "never"},
+      "source": {"uri": "tcp://127.0.0.1:1883"},
+      "backfill": {"max_share": 1, "max_live_delay": "50ms"},
+      "pipelines": [{"name": "p", "topic": "t/+", "key": "topic:1",
+        "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+        "window": {"type": "tumbling", "size": ")" +
+           size + R"("},
+        "watermark": {"delay": "0s", "idle_timeout": "1h", "max_future": "1h"},
+        "aggregates": {"n": {"fn": "count"}, "s": {"fn": "sum", "field": "v"}}})" +
+           extra_pipeline + "]}";
+}
+
+config::Config load(const std::string& json) {
+    auto c = config::parse_config(json, "/");
+    INFO((c ? std::string() : config::format_errors(c.error())));
+    REQUIRE(c);
+    return *c;
+}
+
+std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& c) {
+    static const firmware::SystemClock clock;
+    auto parts = firmware::ServiceParts::open(c, clock);
+    INFO((parts ? std::string() : parts.error().message));
+    REQUIRE(parts);
+    auto recovered = (*parts)->recover([] { return false; });
+    INFO((recovered ? std::string() : recovered.error().message));
+    REQUIRE(recovered);
+    return std::move(*parts);
+}
+
+// Seven devices, one message a second each, event time = ingest time.
+void append_messages(firmware::ServiceParts& parts, int from, int to) {
+    for (int i = from; i < to; ++i) {
+        const int64_t ingest = 1'000'000 + i * 1'000;
+        const std::string payload =
+            R"({"ts": )" + std::to_string(ingest) + R"(, "v": )" + std::to_string(i) + "}";
+        REQUIRE(parts.log().append(log::RecordType::message, ingest, "t/d" + std::to_string(i % 7),
+                                   payload));
+    }
+}
+
+void step_all(firmware::ServiceParts& parts) {
+    for (;;) {
+        auto n = parts.step(4096, /*drain=*/true);
+        REQUIRE(n);
+        if (*n == 0) return;
+    }
+}
+
+// Backfill steps until no backfill is left (each step is bounded by max_live_delay).
+void backfill_all(firmware::ServiceParts& parts) {
+    for (int i = 0; i < 20'000 && parts.backfilling(); ++i) {
+        auto n = parts.backfill_step(64);
+        REQUIRE(n);
+        if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE_FALSE(parts.backfilling());
+}
+
+std::vector<lmdb::OutboxRow> outbox(firmware::ServiceParts& parts) {
+    auto rows = parts.store().outbox_peek(0, 1'000'000);
+    REQUIRE(rows);
+    return *rows;
+}
+
+// Payloads of one version's results, in outbox order.
+std::vector<std::string> results_of(const std::vector<lmdb::OutboxRow>& rows,
+                                    const std::string& version) {
+    std::vector<std::string> out;
+    for (const auto& r : rows)
+        if (!r.version_record &&
+            r.payload.find(R"("version":")" + version + '"') != std::string::npos)
+            out.push_back(r.payload);
+    return out;
+}
+
+// What `tidemark replay` of `config` gives over the log: the same Processor from empty state.
+std::vector<std::string> replay(const config::Config& config) {
+    auto processor = firmware::Processor::create(config);
+    REQUIRE(processor);
+    firmware::BatchSink sink(config);
+    auto reader = log::LogReader::open(config.data_dir + "/log");
+    REQUIRE(reader);
+    log::Record rec;
+    while (*(*reader)->next(rec))
+        (*processor)->feed(rec, sink);
+    std::vector<std::string> out;
+    for (const auto& r : sink.rows)
+        out.push_back(r.payload);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a changed pipeline backfills beside the live version, then switches", "[versions]") {
+    TempDir dir;
+    const config::Config before = load(config_json(dir.path(), "10s"));
+    const config::Config after = load(config_json(dir.path(), "30s"));
+    REQUIRE(before.pipelines[0].version != after.pipelines[0].version);
+    const std::string v1 = before.pipelines[0].version, v2 = after.pipelines[0].version;
+    {
+        auto parts = open_parts(before);
+        append_messages(*parts, 0, 300);
+        step_all(*parts);
+        REQUIRE(parts->checkpoint());
+    }
+    // Restart with the new definition: v1 keeps running live from its stored definition while
+    // v2 backfills; live records keep coming.
+    auto parts = open_parts(after);
+    REQUIRE(parts->backfilling());
+    append_messages(*parts, 300, 400);
+    step_all(*parts);
+    const size_t v1_before_switch = results_of(outbox(*parts), v1).size();
+    CHECK(v1_before_switch > 0);
+    backfill_all(*parts);
+    append_messages(*parts, 400, 500);
+    step_all(*parts);
+    const auto rows = outbox(*parts);
+
+    // v1 emitted nothing after the switch; v2's results are replay's, byte for byte.
+    CHECK(results_of(rows, v1).size() == v1_before_switch);
+    CHECK(results_of(rows, v2) == replay(after));
+    CHECK_FALSE(results_of(rows, v2).empty());
+    // The version records: v1's at its first start, v2's after v2's history and before its
+    // first live result.
+    std::vector<size_t> records;
+    for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].version_record) records.push_back(i);
+    REQUIRE(records.size() == 2);
+    CHECK(rows[records[0]].payload.find(R"("version":")" + v1) != std::string::npos);
+    const std::string& record = rows[records[1]].payload;
+    CHECK(record.find(R"("version":")" + v2 + R"(","since_ms":1000000,"previous":")" + v1) !=
+          std::string::npos);
+    size_t v2_after = 0;
+    for (size_t i = records[1]; i < rows.size(); ++i)
+        if (rows[i].payload.find(v2) != std::string::npos && !rows[i].version_record) ++v2_after;
+    CHECK(v2_after > 0);
+    CHECK(v2_after < results_of(rows, v2).size());
+}
+
+TEST_CASE("a crash during a backfill resumes it; the results are the uncrashed run's",
+          "[versions]") {
+    const auto run = [](bool crash) {
+        TempDir dir;
+        const config::Config before = load(config_json(dir.path(), "10s"));
+        const config::Config after = load(config_json(dir.path(), "30s"));
+        {
+            auto parts = open_parts(before);
+            append_messages(*parts, 0, 2000);
+            step_all(*parts);
+            REQUIRE(parts->checkpoint());
+        }
+        if (crash) {
+            auto parts = open_parts(after);
+            // Part of the backfill, a checkpoint, more of it, then the process dies.
+            for (int i = 0; i < 3; ++i) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                REQUIRE(parts->backfill_step(100));
+            }
+            REQUIRE(parts->checkpoint());
+            REQUIRE(parts->backfill_step(100));
+            REQUIRE(parts->backfilling());
+        }
+        auto parts = open_parts(after);
+        REQUIRE(parts->backfilling());
+        backfill_all(*parts);
+        append_messages(*parts, 2000, 2100);
+        step_all(*parts);
+        std::vector<std::string> payloads;
+        for (const auto& r : outbox(*parts))
+            payloads.push_back(r.payload);
+        return payloads;
+    };
+    CHECK(run(true) == run(false));
+}
+
+TEST_CASE("a reload applies pipelines live; a broken one changes nothing", "[versions]") {
+    TempDir dir;
+    const std::string path = dir.path() + "/tidemark.json";
+    const auto write = [&](const std::string& text) {
+        FILE* f = std::fopen(path.c_str(), "w");
+        REQUIRE(f);
+        std::fputs(text.c_str(), f);
+        std::fclose(f);
+    };
+    const config::Config before = load(config_json(dir.path(), "10s"));
+    auto parts = open_parts(before);
+    append_messages(*parts, 0, 100);
+    step_all(*parts);
+    firmware::Notifier notifier;
+
+    write(R"({"node_id": "gw", "nonsense": 1})");
+    CHECK_FALSE(parts->reload(path, notifier));
+    CHECK_FALSE(parts->backfilling());
+    parts->refresh_health(nullptr);
+    CHECK(parts->health_json().find(R"("last_reload":{"errors":[)") != std::string::npos);
+    CHECK(parts->health_json().find(R"("ok":false)") != std::string::npos);
+
+    // A second pipeline: it backfills the history, then runs live beside the first.
+    const std::string second = R"(, {"name": "q", "topic": "t/+", "key": "topic:1",
+        "window": {"type": "tumbling", "size": "20s"}, "aggregates": {"n": {"fn": "count"}}})";
+    write(config_json(dir.path(), "10s", second));
+    REQUIRE(parts->reload(path, notifier));
+    CHECK(parts->backfilling());
+    parts->refresh_health(nullptr);
+    CHECK(parts->health_json().find(R"("state":"running")") != std::string::npos);
+    backfill_all(*parts);
+    parts->refresh_health(nullptr);
+    CHECK(parts->health_json().find(R"("state":"switched")") != std::string::npos);
+    CHECK(parts->health_json().find(R"("ok":true)") != std::string::npos);
+
+    // Removed again: its version record is cleared (an empty retained record), after its rows.
+    write(config_json(dir.path(), "10s"));
+    REQUIRE(parts->reload(path, notifier));
+    append_messages(*parts, 100, 110);
+    step_all(*parts);
+    const auto rows = outbox(*parts);
+    REQUIRE_FALSE(rows.empty());
+    CHECK(rows.back().version_record);
+    CHECK(rows.back().pipeline == "q");
+    CHECK(rows.back().payload.empty());
+}
+
+TEST_CASE("the version registry reads back what it wrote and refuses damage", "[versions]") {
+    firmware::VersionRegistry r;
+    firmware::VersionEntry& e = r.get("p");
+    e.live_version = "0123abcd";
+    e.live_definition = R"({"name":"p"})";
+    e.backfill_version = "89abcdef";
+    e.backfill_offset = 4096;
+    e.record_pending = true;
+    r.get("q").since_ms = -5;
+    const std::string bytes = r.encode();
+    auto back = firmware::VersionRegistry::decode(bytes);
+    REQUIRE(back);
+    REQUIRE(back->entries.size() == 2);
+    CHECK(back->entries[0].backfill_offset == 4096);
+    CHECK(back->entries[0].record_pending);
+    CHECK(back->entries[1].since_ms == -5);
+    CHECK(back->encode() == bytes);
+    for (size_t cut = 0; cut < bytes.size(); ++cut)
+        CHECK_FALSE(firmware::VersionRegistry::decode(bytes.substr(0, cut)));
+}
