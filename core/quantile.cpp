@@ -255,6 +255,9 @@ bool QuantileSketch::decode(std::string_view& in) {
     if (!(relative_error >= relative_error_min && relative_error < 1) || buckets_max == 0) {
         return false;
     }
+    // Only an empty sketch has min > max (its +inf and -inf): quantile() clamps between them,
+    // and std::clamp with lo > hi is undefined.
+    if (count > 0 && min > max) return false;
     QuantileSketch decoded(relative_error, buckets_max);
     decoded.count_ = count;
     decoded.zero_count_ = zero_count;

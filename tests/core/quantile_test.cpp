@@ -219,4 +219,23 @@ TEST_CASE("sketches encode and decode to an equal sketch", "[quantile]") {
     std::string_view in(encoded);
     QuantileSketch damaged;
     CHECK_FALSE(damaged.decode(in));
+
+    // Extremes the wrong way round in a sketch that holds values: quantile() would clamp with
+    // lo > hi (undefined); an empty sketch's +inf/-inf are fine.
+    QuantileSketch two;
+    two.add(1);
+    two.add(9);
+    std::string swapped;
+    two.encode(swapped);
+    std::string min_bytes = swapped.substr(8, 8);
+    std::string max_bytes = swapped.substr(16, 8);
+    swapped.replace(8, 8, max_bytes).replace(16, 8, min_bytes);
+    std::string_view swapped_in(swapped);
+    QuantileSketch refused;
+    CHECK_FALSE(refused.decode(swapped_in));
+    std::string empty_encoded;
+    QuantileSketch().encode(empty_encoded);
+    std::string_view empty_in(empty_encoded);
+    QuantileSketch empty;
+    CHECK(empty.decode(empty_in));
 }
