@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # check_deb.sh DEB...: what an operator's dpkg relies on in a tidemark .deb of any architecture:
 # exactly the expected files, the right Architecture, Depends from dpkg-shlibdeps (the target's
-# runtime packages, never a host package), a binary for that architecture; and for arm64 and
-# armhf, the packaged `tidemark --version` and `check-config` of the packaged config run under
-# qemu-user in a copy of the target root the package is unpacked into.
+# runtime packages, never a host package), a stripped binary for that architecture; and for
+# arm64 and armhf, the packaged `tidemark --version` and `check-config` of the packaged config
+# run under qemu-user in a copy of the target root the package is unpacked into.
 # With no argument: every .deb in build-pkg/debs (scripts/package makes them); exit 77 (skip) if
 # there are none.
 set -euo pipefail
@@ -54,6 +54,8 @@ for deb in "${debs[@]}"; do
     armhf) want='ARM' ;;
   esac
   [ "$machine" = "$want" ] || fail "$deb: binary is for '$machine', not '$want'"
+  LC_ALL=C readelf -S "$work/pkg/usr/bin/tidemark" | grep -qF ' .symtab ' &&
+    fail "$deb: /usr/bin/tidemark is not stripped (it keeps its symbol table)"
   if [ "$arch" != amd64 ]; then
     cross_arch "$arch"
     if [ ! -f "$CROSS_ROOT/.tidemark-root" ]; then
