@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # check_deb.sh DEB...: what an operator's dpkg relies on in a tidemark .deb of any architecture:
 # exactly the expected files, the right Architecture, Depends from dpkg-shlibdeps (the target's
-# runtime packages, never a host package), a binary for that architecture; and for arm64 and
-# armhf, the packaged `tidemark --version` and `check-config` of the packaged config run under
-# qemu-user in a copy of the target root the package is unpacked into.
+# runtime packages, never a host package), a stripped binary for that architecture; and for
+# arm64 and armhf, the packaged `tidemark --version` and `check-config` of the packaged config
+# (and of one with a 2GiB map, which only arm64 can address) run under qemu-user in a copy of
+# the target root the package is unpacked into.
 # With no argument: every .deb in build-pkg/debs (scripts/package makes them); exit 77 (skip) if
 # there are none.
 set -euo pipefail
@@ -54,6 +55,8 @@ for deb in "${debs[@]}"; do
     armhf) want='ARM' ;;
   esac
   [ "$machine" = "$want" ] || fail "$deb: binary is for '$machine', not '$want'"
+  LC_ALL=C readelf -S "$work/pkg/usr/bin/tidemark" | grep -qF ' .symtab ' &&
+    fail "$deb: /usr/bin/tidemark is not stripped (it keeps its symbol table)"
   if [ "$arch" != amd64 ]; then
     cross_arch "$arch"
     if [ ! -f "$CROSS_ROOT/.tidemark-root" ]; then
@@ -75,6 +78,17 @@ for deb in "${debs[@]}"; do
       check=$("$CROSS_QEMU" -L "$work/root" "$work/root/usr/bin/tidemark" check-config \
         /etc/tidemark/tidemark.json 2>&1) || fail "$deb: check-config failed: $check"
       echo "$check"
+      # The address space: a 2GiB map opens on arm64 and is refused on armhf, with the limit.
+      sed 's/"map_size": "[^"]*"/"map_size": "2GiB"/' "$work/root/etc/tidemark/tidemark.json" \
+        >"$work/root/etc/tidemark/map-2gib.json"
+      big=$("$CROSS_QEMU" -L "$work/root" "$work/root/usr/bin/tidemark" check-config \
+        /etc/tidemark/map-2gib.json 2>&1) && big_rc=0 || big_rc=$?
+      if [ "$arch" = armhf ]; then
+        [ "$big_rc" -ne 0 ] && grep -qF 'storage.map_size 2GiB > 1GiB' <<<"$big" ||
+          fail "$deb: check-config did not refuse a 2GiB map on armhf: $big"
+      else
+        [ "$big_rc" -eq 0 ] || fail "$deb: check-config refused a 2GiB map on $arch: $big"
+      fi
     fi
   fi
   rm -rf "$work"

@@ -1,5 +1,11 @@
 /* See fault_io.h. */
 #define _GNU_SOURCE
+/* Both the 32-bit-offset calls and their *64 forms are defined below, each forwarding to libc's
+ * own definition of the same name. With _FILE_OFFSET_BITS=64 on a 32-bit target (armhf) glibc's
+ * headers rename pwritev to pwritev64 (and ftruncate to ftruncate64): this file's pwritev would
+ * then become pwritev64 while dlsym("pwritev") found the 32-bit one, which read the 64-bit
+ * offset from the wrong registers, so every write of a test went to a garbage offset. */
+#undef _FILE_OFFSET_BITS
 #include "fault_io.h"
 
 #include <dlfcn.h>
@@ -22,8 +28,10 @@ static void (*between_fn)(void*);
 static void* between_arg;
 
 static ssize_t (*next_pwritev)(int, const struct iovec*, int, off_t);
+static ssize_t (*next_pwritev64)(int, const struct iovec*, int, off64_t);
 static int (*next_fdatasync)(int);
 static int (*next_ftruncate)(int, off_t);
+static int (*next_ftruncate64)(int, off64_t);
 
 /* Stores libc's definition of `name` in *fn_out (a function pointer; memcpy because ISO C has
  * no conversion from the void* that dlsym returns). */
@@ -39,8 +47,10 @@ static void find_real(const char* name, void* fn_out, size_t fn_bytes) {
 /* Before main(): the interposed calls then only read these. */
 __attribute__((constructor)) static void find_real_calls(void) {
     find_real("pwritev", &next_pwritev, sizeof(next_pwritev));
+    find_real("pwritev64", &next_pwritev64, sizeof(next_pwritev64));
     find_real("fdatasync", &next_fdatasync, sizeof(next_fdatasync));
     find_real("ftruncate", &next_ftruncate, sizeof(next_ftruncate));
+    find_real("ftruncate64", &next_ftruncate64, sizeof(next_ftruncate64));
 }
 
 static int is_watched(int fd) {
@@ -86,12 +96,19 @@ void tm_fault_clear(void) {
     between_arg = NULL;
 }
 
-ssize_t pwritev(int fd, const struct iovec* iov, int count, off_t offset) {
-    ssize_t (*next)(int, const struct iovec*, int, off_t) = next_pwritev;
-    if (!is_watched(fd)) return next(fd, iov, count, offset);
+/* libc's pwritev of the width the caller used (the offset came from an off_t when !wide). */
+static ssize_t forward_pwritev(int fd, const struct iovec* iov, int count, off64_t offset,
+                               int wide) {
+    if (wide) return next_pwritev64(fd, iov, count, offset);
+    return next_pwritev(fd, iov, count, (off_t)offset);
+}
+
+/* The pwritev of either offset width: 64-bit offsets hold both. */
+static ssize_t pwritev_with(int fd, const struct iovec* iov, int count, off64_t offset, int wide) {
+    if (!is_watched(fd)) return forward_pwritev(fd, iov, count, offset, wide);
     atomic_fetch_add(&calls[TM_FAULT_PWRITEV], 1);
     int err = atomic_load(&fail_err[TM_FAULT_PWRITEV]);
-    if (err == 0) return next(fd, iov, count, offset);
+    if (err == 0) return forward_pwritev(fd, iov, count, offset, wide);
     long partial = atomic_exchange(&partial_left, -1);
     if (partial <= 0) {
         atomic_store(&fail_err[TM_FAULT_PWRITEV], 0);
@@ -108,9 +125,17 @@ ssize_t pwritev(int fd, const struct iovec* iov, int count, off_t offset) {
         left -= (long)cut[cut_count].iov_len;
         ++cut_count;
     }
-    ssize_t written = next(fd, cut, cut_count, offset);
+    ssize_t written = forward_pwritev(fd, cut, cut_count, offset, wide);
     if (between_fn != NULL) between_fn(between_arg);
     return written;
+}
+
+ssize_t pwritev(int fd, const struct iovec* iov, int count, off_t offset) {
+    return pwritev_with(fd, iov, count, offset, 0);
+}
+
+ssize_t pwritev64(int fd, const struct iovec* iov, int count, off64_t offset) {
+    return pwritev_with(fd, iov, count, offset, 1);
 }
 
 int fdatasync(int fd) {
@@ -123,12 +148,23 @@ int fdatasync(int fd) {
     return -1;
 }
 
+static int ftruncate_with(int fd, off64_t length, int wide) {
+    if (is_watched(fd)) {
+        atomic_fetch_add(&calls[TM_FAULT_FTRUNCATE], 1);
+        int err = atomic_exchange(&fail_err[TM_FAULT_FTRUNCATE], 0);
+        if (err != 0) {
+            errno = err;
+            return -1;
+        }
+    }
+    if (wide) return next_ftruncate64(fd, length);
+    return next_ftruncate(fd, (off_t)length);
+}
+
 int ftruncate(int fd, off_t length) {
-    int (*next)(int, off_t) = next_ftruncate;
-    if (!is_watched(fd)) return next(fd, length);
-    atomic_fetch_add(&calls[TM_FAULT_FTRUNCATE], 1);
-    int err = atomic_exchange(&fail_err[TM_FAULT_FTRUNCATE], 0);
-    if (err == 0) return next(fd, length);
-    errno = err;
-    return -1;
+    return ftruncate_with(fd, length, 0);
+}
+
+int ftruncate64(int fd, off64_t length) {
+    return ftruncate_with(fd, length, 1);
 }

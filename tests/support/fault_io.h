@@ -1,6 +1,7 @@
 /* Fault injection on real files for the storage tests: a shared library that interposes
- * pwritev, fdatasync and ftruncate (it is linked into the test executable, so its definitions
- * come before libc's; the real calls are found with dlsym(RTLD_NEXT)). A test arms one fault on
+ * pwritev, fdatasync and ftruncate, and pwritev64 and ftruncate64, which 32-bit targets call
+ * with 64-bit file offsets (it is linked into the test executable, so its definitions come
+ * before libc's; the real calls are found with dlsym(RTLD_NEXT)). A test arms one fault on
  * the files whose path contains a given string; every other call goes to libc untouched.
  *
  * Concurrency: arm, clear and the counters are for one test thread; the interposed calls may

@@ -2,6 +2,10 @@
 // rolled back and the writer goes on; a failed fdatasync poisons it and cuts what the disk may
 // not hold; a reader never stitches the bytes of a rolled-back frame to the ones written in
 // its place (issue 17, defects 3 and 14).
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +31,35 @@ void run_between(void* arg) {
 }
 
 }  // namespace
+
+// The shim itself: every other test here trusts it to pass offsets through. On armhf the log
+// writer calls pwritev64 and ftruncate64 (64-bit offsets on a 32-bit target); a shim that
+// forwarded them to libc's 32-bit pwritev and ftruncate wrote at garbage offsets.
+TEST_CASE("the fault shim passes 64-bit file offsets through, watched or not", "[log]") {
+    TempDir tmp;
+    const std::string path = tmp.sub("sparse");
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    REQUIRE(fd >= 0);
+    for (bool watched : {false, true}) {
+        INFO((watched ? "watched" : "not watched"));
+        Faults faults(watched ? tmp.path() : std::string("/no/such/dir"));
+        // Past 4 GiB, so that neither a 32-bit offset nor the high word alone can hold it.
+        const uint64_t length = (uint64_t{5} << 30) + (watched ? 7 : 3);
+        REQUIRE(::ftruncate(fd, static_cast<off_t>(length)) == 0);
+        REQUIRE(std::filesystem::file_size(path) == length);
+        const uint64_t at = (uint64_t{4} << 30) + 4099;
+        char text[] = "abc";
+        iovec iov{text, 3};
+        REQUIRE(::pwritev(fd, &iov, 1, static_cast<off_t>(at)) == 3);
+        char back[3] = {};
+        REQUIRE(::pread(fd, back, 3, static_cast<off_t>(at)) == 3);
+        REQUIRE(std::string(back, 3) == "abc");
+        REQUIRE(std::filesystem::file_size(path) == length);
+        REQUIRE(tm_fault_calls(TM_FAULT_PWRITEV) == (watched ? 1 : 0));
+        REQUIRE(tm_fault_calls(TM_FAULT_FTRUNCATE) == (watched ? 1 : 0));
+    }
+    ::close(fd);
+}
 
 TEST_CASE("a reader that buffered part of a rolled-back frame reads the record written there",
           "[log]") {
