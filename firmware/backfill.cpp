@@ -1,5 +1,7 @@
 #include "firmware/backfill.h"
 
+#include <algorithm>
+
 #include "firmware/versions.h"
 
 namespace tidemark::firmware {
@@ -49,9 +51,10 @@ Result<size_t> BackfillRun::step(uint64_t end, size_t records_max, int64_t deadl
         offset_ = rec.next_offset;
         ++n;
         if (rec.ingest_ms < from_ms_) continue;
-        if (since_ms_ == INT64_MIN) since_ms_ = rec.ingest_ms;
         processor_->feed(rec, *sink_);
     }
+    since_ms_ = std::min(since_ms_, processor_->min_event_ms(0));
+    if (started_ms_ == 0) started_ms_ = t0;
     records_ += n;
     busy_ms_ += clock.steady_ms() - t0;
     return n;

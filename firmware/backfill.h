@@ -42,8 +42,10 @@ class BackfillRun {
     BatchSink& sink() { return *sink_; }
     uint64_t offset() const { return offset_; }
     int64_t from_ms() const { return from_ms_; }
-    /// Ingest time of the first record it fed (INT64_MIN before any).
+    /// The oldest event time it fed, over its restarts (INT64_MAX before any).
     int64_t since_ms() const { return since_ms_; }
+    /// Steady time of its first step in this process (0 before).
+    int64_t started_ms() const { return started_ms_; }
     void set_since_ms(int64_t ms) { since_ms_ = ms; }
     /// Whether it continues a backfill whose state is stored (else it starts afresh and stored
     /// entries of its state name are not its own).
@@ -65,7 +67,8 @@ class BackfillRun {
     std::unique_ptr<log::LogReader> reader_;
     uint64_t offset_ = 0;
     int64_t from_ms_ = INT64_MIN;
-    int64_t since_ms_ = INT64_MIN;
+    int64_t since_ms_ = INT64_MAX;
+    int64_t started_ms_ = 0;
     uint64_t first_offset_ = 0;
     uint64_t records_ = 0;
     int64_t busy_ms_ = 0;

@@ -18,6 +18,9 @@ Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& confi
     auto store = lmdb::Store::open(store_options(config));
     if (!store) return fail(store.error().message);
     host->store_ = std::move(*store);
+    if (auto stored = host->store_->get_state(versions_key); stored && *stored)
+        if (auto decoded = VersionRegistry::decode(**stored))
+            host->stored_registry_ = std::move(*decoded);
     if (host->store_->stale_readers_cleared())
         spdlog::info("state: cleared {} stale readers left by a killed process",
                      host->store_->stale_readers_cleared());
@@ -99,6 +102,7 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
         if (++replayed % recovery_flush_records == 0)
             if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
     }
+    queue_version_records();  // after every result the replay regenerated
     if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
     note_damage();
     if (auto ok = seed_redelivery_filter(); !ok) return std::unexpected(ok.error());

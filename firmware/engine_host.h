@@ -49,11 +49,12 @@ struct CheckpointStats {
 struct BackfillFigures {
     std::string pipeline;
     std::string version;
-    uint64_t offset = 0;       // the next record it reads
-    uint64_t end_offset = 0;   // the live position it catches up with
-    uint64_t records = 0;      // read by this process
-    double records_per_s = 0;  // while it ran, over this process's backfill time
-    double eta_s = -1;         // at the current share; -1 unknown
+    uint64_t offset = 0;            // the next record it reads
+    uint64_t end_offset = 0;        // the live position it catches up with
+    uint64_t records = 0;           // read by this process
+    double records_per_s = 0;       // over the wall time since it started in this process
+    double busy_records_per_s = 0;  // over the time its slices took
+    double eta_s = -1;              // at the current share; -1 unknown
 };
 
 /// A version made live by this process (health's backfill state "switched").
@@ -119,6 +120,9 @@ class EngineHost {
     std::vector<BackfillFigures> backfill_figures() const;
     const std::vector<SwitchFigures>& switches() const { return switches_; }
     const VersionRegistry& versions() const { return registry_; }
+    /// The version of `pipeline` that runs live; empty when none does. Before recover() planned
+    /// the versions, the one the store names (health's first record comes before recovery).
+    std::string live_version(std::string_view pipeline) const;
     mqtt::RedeliveryFilter& redelivery_filter() { return filter_; }
     /// The next record the engine reads.
     uint64_t consumed_offset() const { return consumed_offset_; }
@@ -142,6 +146,7 @@ class EngineHost {
     void write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next);
     Result<bool> switch_version(BackfillRun& run);
     void queue_version_record(const VersionEntry& entry);
+    void queue_version_records();
     uint64_t retention_offset() const;
 
     config::Config config_;       // as wanted (reconfigure replaces it)
@@ -162,7 +167,10 @@ class EngineHost {
     // Version records waiting for the outbox, after the rows of the step that made them.
     std::vector<lmdb::OutboxRow> version_rows_;
     std::vector<SwitchFigures> switches_;
+    bool planned_ = false;
+    VersionRegistry stored_registry_;  // as open() found it, for live_version() before the plan
     double backfill_credit_ms_ = 0;
+    double backfill_read_fraction_ = 0.5;  // of a slice, reading (the rest: its commit)
     int64_t backfill_refill_ms_ = 0;
     mqtt::RedeliveryFilter filter_;
     mqtt::Forwarder* forwarder_ = nullptr;

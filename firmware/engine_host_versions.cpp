@@ -42,19 +42,12 @@ Result<void> EngineHost::load_versions() {
         return {};
     }
     registry_ = {};
-    // The oldest retained record's ingest time; 0 ("from the start") for an empty log. A
-    // function of the log, like everything the outbox holds.
-    int64_t since_ms = 0;
-    auto reader = log::LogReader::open(writer_->options().dir);
-    log::Record first;
-    if (reader && (*reader)->seek(writer_->first_offset()) &&
-        (*reader)->next(first, writer_->end_offset()).value_or(false))
-        since_ms = first.ingest_ms;
+    // since_ms: the oldest event the recovery replay feeds it (queue_version_records).
     for (const config::PipelineConfig& p : config_.pipelines) {
         VersionEntry& e = registry_.get(p.spec.name);
         e.live_version = p.version;
         e.live_definition = p.definition;
-        e.since_ms = since_ms;
+        e.since_ms = INT64_MAX;
         e.record_pending = true;
     }
     return {};
@@ -100,7 +93,7 @@ Result<void> EngineHost::plan_versions() {
             e.backfill_version = p.version;
             e.backfill_offset = writer_->first_offset();
             e.backfill_from_ms = backfill_from_ms(p, clock_.wall_ms());
-            e.backfill_since_ms = INT64_MIN;
+            e.backfill_since_ms = INT64_MAX;
             spdlog::info("pipeline '{}': version {} backfills from log offset {}{}", e.name,
                          p.version, e.backfill_offset,
                          e.live_version.empty() ? "" : " while " + e.live_version + " runs live");
@@ -136,9 +129,22 @@ Result<void> EngineHost::plan_versions() {
             e.name);
         registry_.entries.erase(registry_.entries.begin() + static_cast<ptrdiff_t>(i));
     }
-    for (const VersionEntry& e : registry_.entries)
-        if (e.record_pending && !e.live_version.empty()) queue_version_record(e);
     return {};
+}
+
+// The version records not yet in the outbox, after what the processors emitted so far. A
+// version adopted at a store's first start covers from the oldest event its recovery fed it.
+void EngineHost::queue_version_records() {
+    for (VersionEntry& e : registry_.entries) {
+        if (!e.record_pending || e.live_version.empty()) continue;
+        if (e.since_ms == INT64_MAX) {
+            const int index = processor_->engine().find_pipeline(e.name);
+            const int64_t oldest =
+                index >= 0 ? processor_->min_event_ms(static_cast<uint32_t>(index)) : INT64_MAX;
+            e.since_ms = oldest == INT64_MAX ? 0 : oldest;
+        }
+        queue_version_record(e);
+    }
 }
 
 void EngineHost::queue_version_record(const VersionEntry& e) {
@@ -177,8 +183,20 @@ Result<void> EngineHost::restore_entry(std::string_view key, std::string_view va
     return {};
 }
 
+std::string EngineHost::live_version(std::string_view pipeline) const {
+    if (!planned_) {
+        // What load_versions() will find: a registry's live version, else the config's.
+        if (const VersionEntry* e = stored_registry_.find(pipeline)) return e->live_version;
+        if (!stored_registry_.entries.empty()) return {};
+    }
+    for (const config::PipelineConfig& p : live_config_.pipelines)
+        if (p.spec.name == pipeline) return p.version;
+    return {};
+}
+
 // The plan, then every processor created and restored from the committed state.
 Result<void> EngineHost::load_from_store() {
+    planned_ = true;
     if (auto planned = plan_versions(); !planned) return planned;
     auto processor = Processor::create(live_config_);
     if (!processor) return std::unexpected(processor.error());
@@ -227,10 +245,13 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     backfill_refill_ms_ = now;
     if (backfills_.empty() || !sink_->rows.empty() || backfill_credit_ms_ < 1) return 0;
     BackfillRun& run = *backfills_.front();
-    auto n = run.step(consumed_offset_, records_max,
-                      now + static_cast<int64_t>(backfill_credit_ms_), clock_);
+    // A slice is reading, then committing what it emitted (an outbox transaction with its
+    // fsync): both are charged to the share, and the reading part gets the fraction of the
+    // budget that reading took in earlier slices, so that the whole slice stays within it.
+    const double read_ms = std::max(1.0, backfill_credit_ms_ * backfill_read_fraction_);
+    auto n = run.step(consumed_offset_, records_max, now + static_cast<int64_t>(read_ms), clock_);
     if (!n) return std::unexpected(n.error());
-    backfill_credit_ms_ -= static_cast<double>(clock_.steady_ms() - now);
+    const int64_t read_end = clock_.steady_ms();
     for (lmdb::OutboxRow& row : run.sink().rows)
         sink_->rows.push_back(std::move(row));
     run.sink().rows.clear();
@@ -239,6 +260,13 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     run.sink().side.clear();
     auto flushed = flush();
     if (!flushed) return std::unexpected(flushed.error());
+    const int64_t slice_end = clock_.steady_ms();
+    backfill_credit_ms_ -= static_cast<double>(slice_end - now);
+    if (slice_end > now)
+        backfill_read_fraction_ =
+            std::clamp(0.7 * backfill_read_fraction_ + 0.3 * static_cast<double>(read_end - now) /
+                                                           static_cast<double>(slice_end - now),
+                       0.05, 1.0);
     if (!*flushed || run.offset() < consumed_offset_) return *n;
     auto switched = switch_version(run);
     if (!switched) return std::unexpected(switched.error());
@@ -269,7 +297,7 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
     e.previous = e.live_version;
     e.live_version = run.version();
     e.live_definition = run.definition();
-    e.since_ms = run.since_ms() != INT64_MIN ? run.since_ms() : 0;
+    e.since_ms = run.since_ms() != INT64_MAX ? run.since_ms() : 0;
     e.record_pending = true;
     e.backfill_version.clear();
     e.backfill_definition.clear();
@@ -300,6 +328,7 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
     checkpoint_.wall_ms = meta.checkpoint_ms;
     ++checkpoint_.count;
     if (auto loaded = load_from_store(); !loaded) return std::unexpected(loaded.error());
+    queue_version_records();
     // The version record now, before any live result of the new version (a full outbox keeps
     // it in memory, still first in line).
     if (auto flushed = flush(); !flushed) return std::unexpected(flushed.error());
@@ -320,6 +349,7 @@ Result<void> EngineHost::reconfigure(const config::Config& wanted) {
         if (auto back = load_from_store(); !back) return std::unexpected(back.error());
         return loaded;
     }
+    queue_version_records();
     return {};
 }
 
@@ -332,17 +362,20 @@ std::vector<BackfillFigures> EngineHost::backfill_figures() const {
         f.offset = run->offset();
         f.end_offset = consumed_offset_;
         f.records = run->records();
-        if (run->busy_ms() > 0 && run->records() > 0) {
+        const int64_t wall_ms = run->started_ms() ? clock_.steady_ms() - run->started_ms() : 0;
+        if (wall_ms > 0 && run->records() > 0) {
+            // Over the wall time since it started in this process: what it gets of the share.
             f.records_per_s =
-                static_cast<double>(run->records()) * 1000.0 / static_cast<double>(run->busy_ms());
-            // Records left, estimated from the bytes left at the bytes per record read so far.
-            const double bytes_per_record =
-                static_cast<double>(run->offset() - run->first_offset()) /
-                static_cast<double>(run->records());
-            if (bytes_per_record > 0 && config_.backfill.max_share > 0)
-                f.eta_s = static_cast<double>(f.end_offset - f.offset) / bytes_per_record /
-                          (f.records_per_s * config_.backfill.max_share);
+                static_cast<double>(run->records()) * 1000.0 / static_cast<double>(wall_ms);
+            // The bytes left at the bytes per second read so far (the live end moves too).
+            const double bytes_per_s = static_cast<double>(run->offset() - run->first_offset()) *
+                                       1000.0 / static_cast<double>(wall_ms);
+            if (bytes_per_s > 0)
+                f.eta_s = static_cast<double>(f.end_offset - f.offset) / bytes_per_s;
         }
+        if (run->busy_ms() > 0)
+            f.busy_records_per_s =
+                static_cast<double>(run->records()) * 1000.0 / static_cast<double>(run->busy_ms());
         out.push_back(std::move(f));
     }
     return out;

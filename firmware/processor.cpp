@@ -35,6 +35,7 @@ Processor::Processor(config::Config config, std::unique_ptr<core::Engine> engine
                      std::unique_ptr<Impl> impl)
     : config_(std::move(config)), engine_(std::move(engine)), impl_(std::move(impl)) {
     counters_.resize(config_.pipelines.size());
+    min_event_ms_.assign(config_.pipelines.size(), INT64_MAX);
 }
 
 Processor::~Processor() = default;
@@ -93,6 +94,7 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
             continue;
         }
         if (out.fields_missing) ++counters_[i].fields_missing;
+        min_event_ms_[i] = std::min(min_event_ms_[i], out.event.event_ms);
         engine_->process(i, out.event, sink);
     }
 }

@@ -62,6 +62,9 @@ class Processor {
     core::Engine& engine() { return *engine_; }
     const config::Config& config() const { return config_; }
     const std::vector<DecodeCounters>& decode_counters() const { return counters_; }
+    /// The oldest event time this processor fed to a pipeline (as decoded, before clamping),
+    /// INT64_MAX before any: what a version record's since_ms covers. Not stored.
+    int64_t min_event_ms(uint32_t pipeline) const { return min_event_ms_[pipeline]; }
     /// Records logged as malformed by ingest (oversized), over all pipelines.
     uint64_t malformed_records() const { return malformed_records_; }
 
@@ -83,6 +86,7 @@ class Processor {
     std::unique_ptr<core::Engine> engine_;
     std::unique_ptr<Impl> impl_;
     std::vector<DecodeCounters> counters_;
+    std::vector<int64_t> min_event_ms_;
     uint64_t malformed_records_ = 0;
     std::string counters_key_;
 };

@@ -169,6 +169,8 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.build = build_info();
     f.clock = alarms.clock;
     const std::vector<BackfillFigures> backfills = host.backfill_figures();
+    std::vector<std::string> versions;  // pf.version views them
+    versions.reserve(m.config.pipelines.size());
     for (const config::PipelineConfig& p : m.config.pipelines) {
         PipelineFigures pf;
         pf.name = p.spec.name;
@@ -177,8 +179,8 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
             const auto i = static_cast<uint32_t>(live);
             pf.stats = &host.processor().engine().stats(i);
             pf.decode = &host.processor().decode_counters()[i];
-            pf.version = host.live_config().pipelines[i].version;
         }
+        pf.version = versions.emplace_back(host.live_version(p.spec.name));
         for (const BackfillFigures& b : backfills)
             if (b.pipeline == p.spec.name) pf.backfill = &b;
         for (const SwitchFigures& s : host.switches())

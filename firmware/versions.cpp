@@ -20,6 +20,10 @@ VersionEntry* VersionRegistry::find(std::string_view name) {
     return it == entries.end() ? nullptr : &*it;
 }
 
+const VersionEntry* VersionRegistry::find(std::string_view name) const {
+    return const_cast<VersionRegistry*>(this)->find(name);
+}
+
 VersionEntry& VersionRegistry::get(std::string_view name) {
     if (VersionEntry* e = find(name)) return *e;
     entries.push_back(VersionEntry{});

@@ -21,13 +21,13 @@ struct VersionEntry {
     std::string live_version;      // empty: none runs live yet
     std::string live_definition;   // its JSON object (PipelineConfig::definition)
     std::string previous;          // the version live before it, for the version record
-    int64_t since_ms = 0;          // the oldest ingest time its results cover
+    int64_t since_ms = 0;          // the oldest event time its results cover (0: none)
     bool record_pending = false;   // its version record is not yet in the outbox
     std::string backfill_version;  // empty: no backfill
     std::string backfill_definition;
     uint64_t backfill_offset = 0;           // the next log record the backfill reads
     int64_t backfill_from_ms = INT64_MIN;   // records ingested before this are skipped
-    int64_t backfill_since_ms = INT64_MIN;  // ingest time of the first record it fed; MIN: none
+    int64_t backfill_since_ms = INT64_MAX;  // the oldest event time it fed; MAX: none yet
 };
 
 /// Operation: encoded with core/bytes.h into one state value, written in every checkpoint, so
@@ -37,6 +37,7 @@ struct VersionRegistry {
     std::vector<VersionEntry> entries;
 
     VersionEntry* find(std::string_view name);
+    const VersionEntry* find(std::string_view name) const;
     VersionEntry& get(std::string_view name);  // adds an empty entry when missing
     void remove(std::string_view name);
     std::string encode() const;
