@@ -193,16 +193,18 @@ Result<bool> EngineHost::flush() {
     }
 }
 
-Result<void> EngineHost::checkpoint() {
-    TM_ASSERT(sink_->rows.empty());
-    const int64_t t0 = clock_.steady_ms();
+// One checkpoint transaction: what the last plan dropped, every processor's changed state, the
+// registry (after `extra` changed it and the transaction), the meta. Returns the outbox's
+// seq_next it recorded. On failure nothing is stored and every processor will write again.
+std::expected<uint64_t, lmdb::StoreError> EngineHost::commit_state(
+    const std::function<void(lmdb::CheckpointTxn&, VersionRegistry&)>& extra) {
     // The log is durable up to the checkpoint's offset before the checkpoint commits.
-    if (auto ok = writer_->sync(); !ok) return ok;
+    if (auto ok = writer_->sync(); !ok)
+        return std::unexpected(lmdb::StoreError{lmdb::errc::io, ok.error().message});
     auto stats = store_->outbox_stats();
-    if (!stats) return fail(stats.error().message);
-    const uint64_t seq_next = stats->seq_next;
+    if (!stats) return std::unexpected(stats.error());
     auto txn = store_->begin_checkpoint();
-    if (!txn) return fail(txn.error().message);
+    if (!txn) return std::unexpected(txn.error());
     // What the last plan dropped goes first: the processors' writes below are never erased.
     for (const std::string& prefix : erase_prefixes_)
         (*txn)->erase_prefix(prefix);
@@ -211,30 +213,43 @@ Result<void> EngineHost::checkpoint() {
     processor_->checkpoint(**txn);
     VersionRegistry next = registry_;
     write_versions(**txn, next);
+    if (extra) extra(**txn, next);
+    (*txn)->put(versions_key, next.encode());
     lmdb::CheckpointMeta meta;
     meta.log_offset = consumed_offset_;
-    meta.outbox_seq_next = seq_next;
+    meta.outbox_seq_next = stats->seq_next;
     meta.checkpoint_ms = clock_.wall_ms();
     meta.node_id = config_.node_id;
     auto committed = (*txn)->commit(meta);
-    txn->reset();  // the write lock goes with it: the trim below writes
+    txn->reset();  // the write lock goes with it: what follows may write
     if (!committed) {
         // What the engine handed over is not in the store: the next checkpoint writes it again
         // (else window state would be older than the next offset, and erased keys come back).
         processor_->checkpoint_failed();
         for (auto& run : backfills_)
             run->processor().checkpoint_failed();
-        alarms_.set_checkpoint("checkpoint_failed: " + committed.error().message);
-        if (committed.error().code == lmdb::errc::map_full) make_room();
-        return fail("checkpoint: " + committed.error().message);
+        return std::unexpected(committed.error());
     }
-    alarms_.set_checkpoint("");
     registry_ = std::move(next);
     erase_prefixes_.clear();
     erase_keys_.clear();
     checkpoint_.log_offset = consumed_offset_;
     checkpoint_.wall_ms = meta.checkpoint_ms;
     ++checkpoint_.count;
+    return stats->seq_next;
+}
+
+Result<void> EngineHost::checkpoint() {
+    TM_ASSERT(sink_->rows.empty());
+    const int64_t t0 = clock_.steady_ms();
+    auto committed = commit_state(nullptr);
+    if (!committed) {
+        alarms_.set_checkpoint("checkpoint_failed: " + committed.error().message);
+        if (committed.error().code == lmdb::errc::map_full) make_room();
+        return fail("checkpoint: " + committed.error().message);
+    }
+    alarms_.set_checkpoint("");
+    const uint64_t seq_next = *committed;
     // Emissions before this checkpoint can never be regenerated: their ids may go.
     pruned_below_seq_ = seq_next;
     if (auto pruned = store_->prune_ids(seq_next); !pruned)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <string>
@@ -142,6 +143,8 @@ class EngineHost {
     Result<void> load_versions();
     Result<void> plan_versions();
     Result<void> load_from_store();
+    std::expected<uint64_t, lmdb::StoreError> commit_state(
+        const std::function<void(lmdb::CheckpointTxn&, VersionRegistry&)>& extra);
     Result<void> restore_entry(std::string_view key, std::string_view value);
     void write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next);
     Result<bool> switch_version(BackfillRun& run);

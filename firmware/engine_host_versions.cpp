@@ -217,7 +217,8 @@ Result<void> EngineHost::load_from_store() {
     return {};
 }
 
-// Each backfill's state and position, then the registry, into the checkpoint's transaction.
+// Each backfill's state and position into the checkpoint's transaction (and into `next`, the
+// registry commit_state writes after it).
 void EngineHost::write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next) {
     for (auto& run : backfills_) {
         run->processor().checkpoint(txn);
@@ -225,7 +226,6 @@ void EngineHost::write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next)
         e.backfill_offset = run->offset();
         e.backfill_since_ms = run->since_ms();
     }
-    txn.put(versions_key, next.encode());
 }
 
 uint64_t EngineHost::retention_offset() const {
@@ -278,55 +278,31 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
 // then every processor is restored from that. A checkpoint that cannot commit changes nothing:
 // the switch is tried again on the next step.
 Result<bool> EngineHost::switch_version(BackfillRun& run) {
-    if (auto ok = writer_->sync(); !ok) return std::unexpected(ok.error());
-    auto stats = store_->outbox_stats();
-    if (!stats) return fail(stats.error().message);
-    auto txn = store_->begin_checkpoint();
-    if (!txn) return fail(txn.error().message);
-    for (const std::string& prefix : erase_prefixes_)
-        (*txn)->erase_prefix(prefix);
-    for (const std::string& key : erase_keys_)
-        (*txn)->erase(key);
-    processor_->checkpoint(**txn);
-    VersionRegistry next = registry_;
-    write_versions(**txn, next);
-    VersionEntry& e = next.get(run.name());
-    (*txn)->erase_prefix(live_prefix(run.name()));
-    (*txn)->rename_prefix(live_prefix(run.state_name()), live_prefix(run.name()));
-    (*txn)->erase(run.processor().counters_key());
-    e.previous = e.live_version;
-    e.live_version = run.version();
-    e.live_definition = run.definition();
-    e.since_ms = run.since_ms() != INT64_MAX ? run.since_ms() : 0;
-    e.record_pending = true;
-    e.backfill_version.clear();
-    e.backfill_definition.clear();
-    (*txn)->put(versions_key, next.encode());
-    lmdb::CheckpointMeta meta;
-    meta.log_offset = consumed_offset_;
-    meta.outbox_seq_next = stats->seq_next;
-    meta.checkpoint_ms = clock_.wall_ms();
-    meta.node_id = config_.node_id;
-    auto committed = (*txn)->commit(meta);
-    txn->reset();
+    int64_t since_ms = 0;
+    std::string previous;
+    auto committed = commit_state([&](lmdb::CheckpointTxn& txn, VersionRegistry& next) {
+        txn.erase_prefix(live_prefix(run.name()));
+        txn.rename_prefix(live_prefix(run.state_name()), live_prefix(run.name()));
+        txn.erase(run.processor().counters_key());
+        VersionEntry& e = next.get(run.name());
+        e.previous = e.live_version;
+        e.live_version = run.version();
+        e.live_definition = run.definition();
+        e.since_ms = run.since_ms() != INT64_MAX ? run.since_ms() : 0;
+        e.record_pending = true;
+        e.backfill_version.clear();
+        e.backfill_definition.clear();
+        since_ms = e.since_ms;
+        previous = e.previous;
+    });
     if (!committed) {
-        processor_->checkpoint_failed();
-        for (auto& r : backfills_)
-            r->processor().checkpoint_failed();
         spdlog::warn("pipeline '{}': the switch to version {} waits: {}", run.name(), run.version(),
                      committed.error().message);
         return false;
     }
     spdlog::info("pipeline '{}': version {} is live (previous: {}), after backfilling {} records",
-                 run.name(), run.version(), e.previous.empty() ? "none" : e.previous,
-                 run.records());
-    switches_.push_back({run.name(), run.version(), e.since_ms});
-    registry_ = std::move(next);
-    erase_prefixes_.clear();
-    erase_keys_.clear();
-    checkpoint_.log_offset = consumed_offset_;
-    checkpoint_.wall_ms = meta.checkpoint_ms;
-    ++checkpoint_.count;
+                 run.name(), run.version(), previous.empty() ? "none" : previous, run.records());
+    switches_.push_back({run.name(), run.version(), since_ms});
     if (auto loaded = load_from_store(); !loaded) return std::unexpected(loaded.error());
     queue_version_records();
     // The version record now, before any live result of the new version (a full outbox keeps
