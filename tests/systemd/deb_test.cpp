@@ -107,7 +107,13 @@ TEST_CASE("the .deb installs the service layout with the right modes", "[deb]") 
         const fs::path source_dir = env_path("TIDEMARK_SOURCE_DIR");
         CHECK(read_text(root / "usr/lib/systemd/system/tidemark.service") ==
               read_text(source_dir / "systemd/tidemark.service"));
-        CHECK(fs::file_size(root / "usr/bin/tidemark") == fs::file_size(binary));
+        // The built binary, stripped (CPACK_STRIP_FILES): no larger, and the same program.
+        CHECK(fs::file_size(root / "usr/bin/tidemark") <= fs::file_size(binary));
+        const auto packaged =
+            run_command("'" + (root / "usr/bin/tidemark").string() + "' --version");
+        const auto built = run_command("'" + binary + "' --version");
+        CHECK(packaged.exit_code == 0);
+        CHECK(packaged.output == built.output);
         // Owned by root in the archive: the service user must not be able to replace its binary
         // or its unit.
         std::istringstream lines(listing.output);
