@@ -216,6 +216,7 @@ struct Engine::Impl {
     std::vector<PipelineSpec> specs;
     std::vector<std::unique_ptr<detail::PipelineRun>> pipelines;
     std::map<std::string, uint32_t, std::less<>> by_name;
+    std::map<std::string, uint32_t, std::less<>> by_state_name;  // restore_entry's lookup
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -232,6 +233,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::string node_id,
             return fail("pipeline '" + spec.name + "' is defined twice");
         const uint32_t index = static_cast<uint32_t>(impl->pipelines.size());
         impl->by_name.emplace(spec.name, index);
+        impl->by_state_name.emplace(spec.state_name.empty() ? spec.name : spec.state_name, index);
         impl->pipelines.push_back(
             std::make_unique<detail::PipelineRun>(impl->node_id, spec, index));
     }
@@ -312,14 +314,11 @@ Result<void> Engine::restore_entry(std::string_view key, std::string_view value)
     if (rest.empty() || rest[0] != '\x01') return fail("a state key of an unknown format");
     rest.remove_prefix(1);
     if (!bytes::get_str(rest, name)) return fail("a damaged state key");
-    auto it = std::find_if(impl_->specs.begin(), impl_->specs.end(), [&](const PipelineSpec& s) {
-        return (s.state_name.empty() ? s.name : s.state_name) == name;
-    });
-    if (it == impl_->specs.end())
+    auto it = impl_->by_state_name.find(name);
+    if (it == impl_->by_state_name.end())
         return fail("the store holds state of pipeline '" + std::string(name) +
                     "', which is not in the config");
-    auto ok = impl_->pipelines[static_cast<size_t>(it - impl_->specs.begin())]->restore_entry(
-        rest, value);
+    auto ok = impl_->pipelines[it->second]->restore_entry(rest, value);
     if (!ok) return fail("pipeline '" + std::string(name) + "': " + ok.error().message);
     return {};
 }

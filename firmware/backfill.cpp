@@ -20,7 +20,7 @@ Result<std::unique_ptr<BackfillRun>> BackfillRun::create(const config::Config& b
     run->pipeline_ = pipeline;
     run->config_.node_id = base.node_id;
     run->config_.pipelines.push_back(pipeline);
-    const std::string state_name = backfill_state_name(pipeline.spec.name, pipeline.version);
+    const std::string state_name = backfill_state_name(pipeline.spec.name, pipeline.spec.version);
     run->config_.pipelines[0].spec.state_name = state_name;
     auto processor = Processor::create(run->config_, state_name);
     if (!processor) return std::unexpected(processor.error());

@@ -35,7 +35,7 @@ class BackfillRun {
                         const core::Clock& clock);
 
     const std::string& name() const { return pipeline_.spec.name; }
-    const std::string& version() const { return pipeline_.version; }
+    const std::string& version() const { return pipeline_.spec.version; }
     const std::string& definition() const { return pipeline_.definition; }
     const std::string& state_name() const { return config_.pipelines[0].spec.state_name; }
     Processor& processor() { return *processor_; }

@@ -141,7 +141,7 @@ json versions_section(const std::vector<VersionPlan>& plan) {
 json inspect_pipelines(const config::Config& config, lmdb::Store& store,
                        const std::string& log_dir) {
     json j = json::object();
-    auto plan = plan_versions(config, store, log_dir);
+    auto plan = read_version_plan(config, store, log_dir);
     if (!plan) {
         j["error"] = plan.error().message;
         return j;
@@ -419,14 +419,9 @@ Result<uint64_t> drop_versions(lmdb::Store& store, const std::string& name) {
         if (!n) return fail(n.error().message);
         return *n;
     }
-    auto stored = store.get_state(versions_key);
-    if (!stored) return fail(stored.error().message);
-    std::optional<VersionRegistry> registry;
-    if (*stored) {
-        auto decoded = VersionRegistry::decode(**stored);
-        if (!decoded) return std::unexpected(decoded.error());
-        registry = std::move(*decoded);
-    }
+    auto read = read_registry(store);
+    if (!read) return std::unexpected(read.error());
+    std::optional<VersionRegistry>& registry = *read;
     auto txn = store.begin_checkpoint();
     if (!txn) return fail(txn.error().message);
     const uint64_t erased_before = (*txn)->erases();

@@ -18,9 +18,9 @@ Result<std::unique_ptr<EngineHost>> EngineHost::open(const config::Config& confi
     auto store = lmdb::Store::open(store_options(config));
     if (!store) return fail(store.error().message);
     host->store_ = std::move(*store);
-    if (auto stored = host->store_->get_state(versions_key); stored && *stored)
-        if (auto decoded = VersionRegistry::decode(**stored))
-            host->stored_registry_ = std::move(*decoded);
+    auto registry = read_registry(*host->store_);
+    if (!registry) return std::unexpected(registry.error());
+    host->stored_registry_ = std::move(*registry);
     if (host->store_->stale_readers_cleared())
         spdlog::info("state: cleared {} stale readers left by a killed process",
                      host->store_->stale_readers_cleared());

@@ -171,7 +171,9 @@ class EngineHost {
     std::vector<lmdb::OutboxRow> version_rows_;
     std::vector<SwitchFigures> switches_;
     bool planned_ = false;
-    VersionRegistry stored_registry_;  // as open() found it, for live_version() before the plan
+    // As open() found it (none: a store from before versions, or a new one): load_versions()
+    // starts from it, live_version() answers from it before the plan.
+    std::optional<VersionRegistry> stored_registry_;
     double backfill_credit_ms_ = 0;
     double backfill_read_fraction_ = 0.5;  // of a slice, reading (the rest: its commit)
     int64_t backfill_refill_ms_ = 0;

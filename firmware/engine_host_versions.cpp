@@ -9,11 +9,6 @@ namespace tidemark::firmware {
 
 namespace {
 
-// The registry's key prefixes of one pipeline's versions.
-std::string live_prefix(std::string_view name) {
-    return core::Engine::state_prefix(name);
-}
-
 // Where a new version's backfill starts reading: backfill.from, else the oldest record.
 int64_t backfill_from_ms(const config::PipelineConfig& p, int64_t now_ms) {
     if (p.backfill_from_ms) return *p.backfill_from_ms;
@@ -33,19 +28,15 @@ Error conflict(std::string message) {
 // done before ingest starts; an old store's state is checked against the definition on restore,
 // as it was before versions. Each version record goes out at this first start.
 Result<void> EngineHost::load_versions() {
-    auto stored = store_->get_state(versions_key);
-    if (!stored) return fail("reading the pipeline versions: " + stored.error().message);
-    if (*stored) {
-        auto decoded = VersionRegistry::decode(**stored);
-        if (!decoded) return std::unexpected(decoded.error());
-        registry_ = std::move(*decoded);
+    if (stored_registry_) {
+        registry_ = *stored_registry_;
         return {};
     }
     registry_ = {};
     // since_ms: the oldest event the recovery replay feeds it (queue_version_records).
     for (const config::PipelineConfig& p : config_.pipelines) {
         VersionEntry& e = registry_.get(p.spec.name);
-        e.live_version = p.version;
+        e.live_version = p.spec.version;
         e.live_definition = p.definition;
         e.since_ms = INT64_MAX;
         e.record_pending = true;
@@ -62,7 +53,7 @@ Result<void> EngineHost::plan_versions() {
     const auto drop_backfill = [&](VersionEntry& e) {
         if (e.backfill_version.empty()) return;
         const std::string state_name = backfill_state_name(e.name, e.backfill_version);
-        erase_prefixes_.push_back(live_prefix(state_name));
+        erase_prefixes_.push_back(core::Engine::state_prefix(state_name));
         erase_keys_.push_back(Processor::counters_key_for(state_name));
         spdlog::warn("pipeline '{}': the backfill of version {} is abandoned for the config's",
                      e.name, e.backfill_version);
@@ -71,7 +62,7 @@ Result<void> EngineHost::plan_versions() {
     };
     for (const config::PipelineConfig& p : config_.pipelines) {
         VersionEntry& e = registry_.get(p.spec.name);
-        if (e.live_version == p.version) {
+        if (e.live_version == p.spec.version) {
             drop_backfill(e);
             e.live_definition = p.definition;  // limits apply in place
             live_config_.pipelines.push_back(p);
@@ -84,18 +75,18 @@ Result<void> EngineHost::plan_versions() {
                     "pipeline '" + e.name + "': the stored definition of its live version " +
                     e.live_version + " no longer reads (" + previous.error().front().message +
                     "); drop its state with `tidemark inspect --drop-pipeline`"));
-            previous->version = previous->spec.version = e.live_version;
+            previous->spec.version = e.live_version;
             live_config_.pipelines.push_back(std::move(*previous));
         }
-        bool resumed = e.backfill_version == p.version;
+        bool resumed = e.backfill_version == p.spec.version;
         if (!resumed) {
             drop_backfill(e);
-            e.backfill_version = p.version;
+            e.backfill_version = p.spec.version;
             e.backfill_offset = writer_->first_offset();
             e.backfill_from_ms = backfill_from_ms(p, clock_.wall_ms());
             e.backfill_since_ms = INT64_MAX;
             spdlog::info("pipeline '{}': version {} backfills from log offset {}{}", e.name,
-                         p.version, e.backfill_offset,
+                         p.spec.version, e.backfill_offset,
                          e.live_version.empty() ? "" : " while " + e.live_version + " runs live");
         }
         e.backfill_definition = p.definition;
@@ -115,7 +106,7 @@ Result<void> EngineHost::plan_versions() {
                         [&](const config::PipelineConfig& p) { return p.spec.name == e.name; }))
             continue;
         drop_backfill(e);
-        erase_prefixes_.push_back(live_prefix(e.name));
+        erase_prefixes_.push_back(core::Engine::state_prefix(e.name));
         if (!e.live_version.empty()) {
             lmdb::OutboxRow row;
             row.id = version_record_id(config_.node_id, e.name, "removed:" + e.live_version);
@@ -177,20 +168,21 @@ Result<void> EngineHost::restore_entry(std::string_view key, std::string_view va
     for (auto& run : backfills_)
         if (run->state_name() == *state_name)
             return run->resumed() ? run->processor().restore_entry(key, value) : Result<void>{};
-    const std::string prefix = live_prefix(*state_name);
+    const std::string prefix = core::Engine::state_prefix(*state_name);
     if (std::find(erase_prefixes_.begin(), erase_prefixes_.end(), prefix) == erase_prefixes_.end())
         erase_prefixes_.push_back(prefix);
     return {};
 }
 
 std::string EngineHost::live_version(std::string_view pipeline) const {
-    if (!planned_) {
-        // What load_versions() will find: a registry's live version, else the config's.
-        if (const VersionEntry* e = stored_registry_.find(pipeline)) return e->live_version;
-        if (!stored_registry_.entries.empty()) return {};
+    // Before the plan, what load_versions() will find: a registry's live version, else the
+    // config's (live_config_ is the config until then).
+    if (!planned_ && stored_registry_) {
+        const VersionEntry* e = stored_registry_->find(pipeline);
+        return e ? e->live_version : std::string();
     }
     for (const config::PipelineConfig& p : live_config_.pipelines)
-        if (p.spec.name == pipeline) return p.version;
+        if (p.spec.name == pipeline) return p.spec.version;
     return {};
 }
 
@@ -281,8 +273,9 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
     int64_t since_ms = 0;
     std::string previous;
     auto committed = commit_state([&](lmdb::CheckpointTxn& txn, VersionRegistry& next) {
-        txn.erase_prefix(live_prefix(run.name()));
-        txn.rename_prefix(live_prefix(run.state_name()), live_prefix(run.name()));
+        txn.erase_prefix(core::Engine::state_prefix(run.name()));
+        txn.rename_prefix(core::Engine::state_prefix(run.state_name()),
+                          core::Engine::state_prefix(run.name()));
         txn.erase(run.processor().counters_key());
         VersionEntry& e = next.get(run.name());
         e.previous = e.live_version;

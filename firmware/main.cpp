@@ -110,7 +110,8 @@ int check_config(const std::string& path) {
     so.read_only = true;
     so.map_size_bytes = loaded->storage.map_size_bytes;
     if (auto store = tidemark::lmdb::Store::open(so)) {
-        auto plan = tidemark::firmware::plan_versions(*loaded, **store, loaded->data_dir + "/log");
+        auto plan =
+            tidemark::firmware::read_version_plan(*loaded, **store, loaded->data_dir + "/log");
         if (plan)
             std::cout << tidemark::firmware::version_plan_text(*plan);
         else

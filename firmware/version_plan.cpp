@@ -30,30 +30,24 @@ Result<uint64_t> count_records(const std::string& log_dir, uint64_t from) {
 
 }  // namespace
 
-Result<std::vector<VersionPlan>> plan_versions(const config::Config& config, lmdb::Store& store,
-                                               const std::string& log_dir) {
-    auto checkpoint = store.load_checkpoint();
-    if (!checkpoint) return fail(checkpoint.error().message);
-    auto stored = store.get_state(versions_key);
-    if (!stored) return fail(stored.error().message);
-    VersionRegistry registry;
-    if (*stored) {
-        auto decoded = VersionRegistry::decode(**stored);
-        if (!decoded) return std::unexpected(decoded.error());
-        registry = std::move(*decoded);
-    }
+Result<std::vector<VersionPlan>> read_version_plan(const config::Config& config, lmdb::Store& store,
+                                                   const std::string& log_dir) {
+    auto read = read_registry(store);
+    if (!read) return std::unexpected(read.error());
+    const bool stored = read->has_value();
+    const VersionRegistry registry = stored ? **read : VersionRegistry{};
     std::vector<VersionPlan> out;
     for (const config::PipelineConfig& p : config.pipelines) {
         VersionPlan plan;
         plan.pipeline = p.spec.name;
-        plan.version = p.version;
+        plan.version = p.spec.version;
         const VersionEntry* e = registry.find(p.spec.name);
         // No registry: the store predates versions or is empty; either way its pipelines run
         // as configured (EngineHost::load_versions).
-        plan.live_version = e ? e->live_version : (*stored ? "" : p.version);
-        plan.backfill = plan.live_version != p.version;
+        plan.live_version = e ? e->live_version : (stored ? "" : p.spec.version);
+        plan.backfill = plan.live_version != p.spec.version;
         if (plan.backfill) {
-            plan.resumes = e && e->backfill_version == p.version;
+            plan.resumes = e && e->backfill_version == p.spec.version;
             plan.from_offset = plan.resumes ? e->backfill_offset : 0;
             auto n = count_records(log_dir, plan.from_offset);
             if (!n) return std::unexpected(n.error());

@@ -26,8 +26,8 @@ struct VersionPlan {
 /// Reads the registry from `store` (read-only; none: a store from before versions, whose
 /// pipelines all run as the config says) and counts the log records each backfill would read
 /// in `log_dir`. An empty store (no checkpoint) backfills nothing: recovery replays the log.
-Result<std::vector<VersionPlan>> plan_versions(const config::Config& config, lmdb::Store& store,
-                                               const std::string& log_dir);
+Result<std::vector<VersionPlan>> read_version_plan(const config::Config& config, lmdb::Store& store,
+                                                   const std::string& log_dir);
 
 /// The config restricted to the pipelines whose stored state it can restore (their version is
 /// the live one), for inspect's figures.

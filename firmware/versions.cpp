@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "adapters/lmdb/store.h"
 #include "core/bytes.h"
 #include "core/hash.h"
 
@@ -78,6 +79,15 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
     }
     if (!in.empty()) return damaged();
     return r;
+}
+
+Result<std::optional<VersionRegistry>> read_registry(lmdb::Store& store) {
+    auto stored = store.get_state(versions_key);
+    if (!stored) return fail("reading the pipeline versions: " + stored.error().message);
+    if (!*stored) return std::optional<VersionRegistry>{};
+    auto decoded = VersionRegistry::decode(**stored);
+    if (!decoded) return std::unexpected(decoded.error());
+    return std::optional<VersionRegistry>{std::move(*decoded)};
 }
 
 std::string backfill_state_name(std::string_view pipeline, std::string_view version) {

@@ -4,11 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/result.h"
+
+namespace tidemark::lmdb {
+class Store;
+}  // namespace tidemark::lmdb
 
 namespace tidemark::firmware {
 
@@ -43,6 +48,9 @@ struct VersionRegistry {
     std::string encode() const;
     static Result<VersionRegistry> decode(std::string_view value);
 };
+
+/// The registry `store` holds; none in a store from before versions (or without a checkpoint).
+Result<std::optional<VersionRegistry>> read_registry(lmdb::Store& store);
 
 /// The state name of a backfilling version: its state lives apart from the live version's.
 std::string backfill_state_name(std::string_view pipeline, std::string_view version);

@@ -46,11 +46,10 @@ struct PipelineConfig {
     std::vector<Extractor> partition;  // empty: the partition is the key
     TimestampSpec timestamp;
     std::vector<std::string> field_pointers;  // parallel to spec.fields
-    /// A short, stable hash (8 hex digits) of what changes the meaning of the pipeline's
-    /// results: topic filter, key, partition, timestamp, fields, window, aggregates, watermark
-    /// and late policy; not its name, limits or backfill (DESIGN.md section 4). Also in
-    /// spec.version.
-    std::string version;
+    // spec.version: a short, stable hash (8 hex digits, pipeline_version()) of what changes
+    // the meaning of the pipeline's results: topic filter, key, partition, timestamp, fields,
+    // window, aggregates, watermark and late policy; not its name, limits or backfill
+    // (DESIGN.md section 4).
     /// The pipeline's JSON object as written, compact: stored beside a version's state, so that
     /// a restart can keep a previous version running after the config moved on.
     std::string definition;
@@ -202,7 +201,7 @@ ConfigResult load_config_file(const std::string& path);
 ConfigResult parse_config(std::string_view json, const std::string& base_dir_for_relative_files,
                           size_t pointer_bytes = sizeof(void*));
 
-/// The version of a pipeline (PipelineConfig::version), computed from its typed definition:
+/// The version of a pipeline (its spec.version), computed from its typed definition:
 /// "1m" and "60s" are the same version. Stable across builds: results' ids hash it.
 std::string pipeline_version(const PipelineConfig& pipeline);
 

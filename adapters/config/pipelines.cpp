@@ -392,8 +392,7 @@ void read_pipeline(Checker& c, const Json& j, const std::string& p, PipelineConf
     read_backfill_from(c, j, p, out);
     // The definition as written, compact, and what it means: see PipelineConfig::version.
     out.definition = j.dump();
-    out.version = pipeline_version(out);
-    out.spec.version = out.version;
+    out.spec.version = pipeline_version(out);
 }
 
 }  // namespace tidemark::config::detail

@@ -13,9 +13,11 @@
 #include "fault_io.h"
 #include "firmware/clock.h"
 #include "firmware/service_parts.h"
+#include "tests/firmware/parts_support.h"
 #include "tests/support/broker.h"
 
 using namespace tidemark;
+using tidemark::test::open_parts;
 using tidemark::test::TempDir;
 
 namespace {
@@ -40,17 +42,6 @@ config::Config load(const std::string& data_dir, const std::string& too_late = "
     INFO((c ? std::string() : config::format_errors(c.error())));
     REQUIRE(c);
     return *c;
-}
-
-std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& c) {
-    static const firmware::SystemClock clock;
-    auto parts = firmware::ServiceParts::open(c, clock);
-    INFO((parts ? std::string() : parts.error().message));
-    REQUIRE(parts);
-    auto recovered = (*parts)->recover([] { return false; });
-    INFO((recovered ? std::string() : recovered.error().message));
-    REQUIRE(recovered);
-    return std::move(*parts);
 }
 
 // Device d (of 7) reports once a second; every 50th message is 30 s old (too late). Scope

@@ -18,9 +18,11 @@
 #include "firmware/result_sinks.h"
 #include "firmware/service_parts.h"
 #include "firmware/versions.h"
+#include "tests/firmware/parts_support.h"
 #include "tests/support/broker.h"
 
 using namespace tidemark;
+using tidemark::test::open_parts;
 using tidemark::test::TempDir;
 
 namespace {
@@ -46,17 +48,6 @@ config::Config load(const std::string& json) {
     INFO((c ? std::string() : config::format_errors(c.error())));
     REQUIRE(c);
     return *c;
-}
-
-std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& c) {
-    static const firmware::SystemClock clock;
-    auto parts = firmware::ServiceParts::open(c, clock);
-    INFO((parts ? std::string() : parts.error().message));
-    REQUIRE(parts);
-    auto recovered = (*parts)->recover([] { return false; });
-    INFO((recovered ? std::string() : recovered.error().message));
-    REQUIRE(recovered);
-    return std::move(*parts);
 }
 
 // Seven devices, one message a second each, event time = ingest time.
@@ -127,8 +118,8 @@ TEST_CASE("a changed pipeline backfills beside the live version, then switches",
     TempDir dir;
     const config::Config before = load(config_json(dir.path(), "10s"));
     const config::Config after = load(config_json(dir.path(), "30s"));
-    REQUIRE(before.pipelines[0].version != after.pipelines[0].version);
-    const std::string v1 = before.pipelines[0].version, v2 = after.pipelines[0].version;
+    REQUIRE(before.pipelines[0].spec.version != after.pipelines[0].spec.version);
+    const std::string v1 = before.pipelines[0].spec.version, v2 = after.pipelines[0].spec.version;
     {
         auto parts = open_parts(before);
         append_messages(*parts, 0, 300);

@@ -21,7 +21,7 @@ config::Config load(const std::string& json) {
 }
 
 std::string version_of(const std::string& json) {
-    return load(json).pipelines.at(0).version;
+    return load(json).pipelines.at(0).spec.version;
 }
 
 TEST_CASE("a version changes with what results mean, not with names, limits or backfill",
@@ -97,7 +97,7 @@ TEST_CASE("a stored definition reads back as the same version", "[config]") {
     const config::PipelineConfig p = load(hopping).pipelines[0];
     auto back = config::parse_pipeline_definition(p.definition);
     REQUIRE(back.has_value());
-    CHECK(back->version == p.version);
+    CHECK(back->spec.version == p.spec.version);
     CHECK(back->spec.window.size_ms == 120'000);
     CHECK(back->definition == p.definition);
     CHECK_FALSE(config::parse_pipeline_definition("{").has_value());
