@@ -128,11 +128,22 @@ uint64_t rss_anon_bytes() {
 
 // core.rss_bytes_per_window: the process's RSS growth per open window, 100k keys x 10 open
 // tumbling windows each (count + mean + max), none fired (the watermark delay is longer than
-// the stream), beside the engine's own count of its state bytes for the same windows.
+// the stream), beside the engine's own count of its state bytes for the same windows; and
+// core.checkpoint_bytes_per_window, the keys and values a full checkpoint of them writes.
 struct Footprint {
     double rss_bytes_per_window;
     double state_bytes_per_window;
     uint64_t open_windows;
+    double checkpoint_bytes_per_window;
+};
+
+// Counts what a checkpoint hands the store: the bytes of every key and value put.
+struct CountingWriter : core::StateWriter {
+    uint64_t bytes = 0;
+    void put(std::string_view key, std::string_view value) override {
+        bytes += key.size() + value.size();
+    }
+    void erase(std::string_view key) override { bytes += key.size(); }
 };
 
 Footprint measure_footprint() {
@@ -167,7 +178,11 @@ Footprint measure_footprint() {
     const uint64_t after = rss_anon_bytes();
     const auto& st = (*engine)->stats(0);
     const double open = double(st.open_windows);
-    return {double(after - before) / open, double(st.state_bytes) / open, st.open_windows};
+    // The first checkpoint writes every window (and key, partition, the meta record).
+    CountingWriter writer;
+    (*engine)->checkpoint(writer);
+    return {double(after - before) / open, double(st.state_bytes) / open, st.open_windows,
+            double(writer.bytes) / open};
 }
 
 }  // namespace
@@ -216,6 +231,8 @@ int main(int argc, char** argv) {
             "# footprint: %llu open windows (100k keys x 10), engine counts %.0f bytes each\n",
             static_cast<unsigned long long>(f.open_windows), f.state_bytes_per_window);
         std::printf("core.rss_bytes_per_window: %.0f bytes\n", f.rss_bytes_per_window);
+        std::printf("core.checkpoint_bytes_per_window: %.1f bytes\n",
+                    f.checkpoint_bytes_per_window);
     }
     return 0;
 }

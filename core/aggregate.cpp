@@ -257,6 +257,8 @@ void AggregateSet::plan_simple() {
 AggregateState AggregateSet::make() const {
     AggregateState state;
     state.values.assign(slots_, 0.0);
+    state.sketches.reserve(static_cast<size_t>(
+        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; })));
     for (size_t i = 0; i < specs_.size(); ++i) {
         double* slot = state.values.data() + offsets_[i];
         switch (specs_[i].fn) {
@@ -425,36 +427,55 @@ size_t AggregateSet::bytes(const AggregateState& state) const {
     size_t total = sizeof(AggregateState) + state.values.heap_capacity() * sizeof(double);
     for (const QuantileSketch& sketch : state.sketches)
         total += sketch.bytes();
-    total += (state.sketches.capacity() - state.sketches.size()) * sizeof(QuantileSketch);
-    return total;
+    return total + state.sketches.overhead_bytes();
 }
 
 size_t AggregateSet::bytes_per_window() const {
     const size_t sketches = static_cast<size_t>(
         std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
     const size_t heap_slots = slots_ > SlotValues::inline_max ? slots_ : 0;
-    return sizeof(AggregateState) + heap_slots * sizeof(double) + sketches * sizeof(QuantileSketch);
+    const size_t sketch_list = sketches > 0 ? sizeof(std::vector<QuantileSketch>) : 0;
+    return sizeof(AggregateState) + heap_slots * sizeof(double) +
+           sketches * sizeof(QuantileSketch) + sketch_list;
 }
 
-void AggregateSet::encode(const AggregateState& state, std::string& out) const {
+void AggregateSet::encode(const AggregateState& state, std::string& out,
+                          StateEncoding encoding) const {
     TM_ASSERT(state.values.size() == slots_);
     // The shape goes first so that state written under another aggregate list is refused.
-    bytes::put_u32(out, slots_);
-    bytes::put_u32(out, static_cast<uint32_t>(state.sketches.size()));
-    for (double value : state.values)
-        bytes::put_f64(out, value);
+    if (encoding == StateEncoding::compact) {
+        bytes::put_varint(out, slots_);
+        bytes::put_varint(out, state.sketches.size());
+        for (double value : state.values)
+            bytes::put_f64_compact(out, value);
+    } else {
+        bytes::put_u32(out, slots_);
+        bytes::put_u32(out, static_cast<uint32_t>(state.sketches.size()));
+        for (double value : state.values)
+            bytes::put_f64(out, value);
+    }
     for (const QuantileSketch& sketch : state.sketches)
         sketch.encode(out);
 }
 
-bool AggregateSet::decode(std::string_view& in, AggregateState& state) const {
+bool AggregateSet::decode(std::string_view& in, AggregateState& state,
+                          StateEncoding encoding) const {
     AggregateState fresh = make();
-    uint32_t slots = 0;
-    uint32_t sketches = 0;
-    if (!bytes::get_u32(in, slots) || !bytes::get_u32(in, sketches)) return false;
+    uint64_t slots = 0;
+    uint64_t sketches = 0;
+    if (encoding == StateEncoding::compact) {
+        if (!bytes::get_varint(in, slots) || !bytes::get_varint(in, sketches)) return false;
+    } else {
+        uint32_t slots32 = 0, sketches32 = 0;
+        if (!bytes::get_u32(in, slots32) || !bytes::get_u32(in, sketches32)) return false;
+        slots = slots32;
+        sketches = sketches32;
+    }
     if (slots != slots_ || sketches != fresh.sketches.size()) return false;
     for (double& value : fresh.values) {
-        if (!bytes::get_f64(in, value)) return false;
+        const bool ok = encoding == StateEncoding::compact ? bytes::get_f64_compact(in, value)
+                                                           : bytes::get_f64(in, value);
+        if (!ok) return false;
     }
     for (QuantileSketch& sketch : fresh.sketches) {
         if (!sketch.decode(in)) return false;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,6 +39,10 @@ struct QuantileOptions {
 /// compare). In place, a window's values sit next to the window itself: the engine's per-event
 /// update then touches no other cache line, and a new window allocates nothing. count, mean
 /// and max together take four.
+/// Limits: the heap pointer shares the bytes of the values in place (40 bytes in all, the
+/// engine keeps one per open window): the size says which of the two is live, and the heap
+/// block is exactly `size` doubles, so a different size reallocates. Every state of one
+/// AggregateSet has the same size.
 class SlotValues {
   public:
     static constexpr uint32_t inline_max = 4;
@@ -64,9 +69,9 @@ class SlotValues {
     }
     size_t size() const { return size_; }
     /// Doubles held on the heap (0 while in place).
-    size_t heap_capacity() const { return heap_ ? capacity_ : 0; }
-    double* data() { return heap_ ? heap_ : inline_; }
-    const double* data() const { return heap_ ? heap_ : inline_; }
+    size_t heap_capacity() const { return on_heap() ? size_ : 0; }
+    double* data() { return on_heap() ? heap_ : inline_; }
+    const double* data() const { return on_heap() ? heap_ : inline_; }
     double* begin() { return data(); }
     double* end() { return data() + size_; }
     const double* begin() const { return data(); }
@@ -78,12 +83,11 @@ class SlotValues {
     }
 
   private:
+    bool on_heap() const { return size_ > inline_max; }
     void resize_uninitialized(size_t n) {
-        if (n > capacity_) {
-            release();
-            heap_ = new double[n];
-            capacity_ = static_cast<uint32_t>(n);
-        }
+        if (n == size_) return;
+        release();
+        if (n > inline_max) heap_ = new double[n];
         size_ = static_cast<uint32_t>(n);
     }
     void copy_from(const SlotValues& other) {
@@ -91,29 +95,73 @@ class SlotValues {
         std::copy(other.begin(), other.end(), data());
     }
     void take_from(SlotValues& other) {
-        if (other.heap_) {
+        if (other.on_heap())
             heap_ = other.heap_;
-            capacity_ = other.capacity_;
-            other.heap_ = nullptr;
-            other.capacity_ = inline_max;
-        } else {
+        else
             std::copy(other.inline_, other.inline_ + other.size_, inline_);
-        }
         size_ = other.size_;
         other.size_ = 0;
     }
     void release() {
-        delete[] heap_;
-        heap_ = nullptr;
-        capacity_ = inline_max;
+        if (on_heap()) delete[] heap_;
+        size_ = 0;
     }
 
-    // What data() reads first, so that a state at the end of a cache line's first 24 bytes
-    // keeps heap_ and the values in that line (see engine.cpp's Unit).
-    double* heap_ = nullptr;  // when more than inline_max were asked for
-    double inline_[inline_max] = {};
+    union {
+        double inline_[inline_max] = {};
+        double* heap_;  // when size_ > inline_max
+    };
     uint32_t size_ = 0;
-    uint32_t capacity_ = inline_max;
+};
+
+/// The quantile sketches of one aggregate state: one pointer, null for the (common) pipelines
+/// without a quantile aggregate, so that their windows do not carry an empty vector each.
+class SketchList {
+  public:
+    SketchList() = default;
+    SketchList(const SketchList& other) { *this = other; }
+    SketchList(SketchList&& other) noexcept = default;
+    SketchList& operator=(const SketchList& other) {
+        if (this == &other) return *this;
+        if (!other.list_ || other.list_->empty()) {
+            if (list_) list_->clear();
+        } else if (list_) {
+            *list_ = *other.list_;  // keeps the capacity: the engine copies into a scratch state
+        } else {
+            list_ = std::make_unique<std::vector<QuantileSketch>>(*other.list_);
+        }
+        return *this;
+    }
+    SketchList& operator=(SketchList&& other) noexcept = default;
+
+    size_t size() const { return list_ ? list_->size() : 0; }
+    bool empty() const { return size() == 0; }
+    QuantileSketch& operator[](size_t i) { return (*list_)[i]; }
+    const QuantileSketch& operator[](size_t i) const { return (*list_)[i]; }
+    QuantileSketch* begin() { return list_ ? list_->data() : nullptr; }
+    QuantileSketch* end() { return list_ ? list_->data() + list_->size() : nullptr; }
+    const QuantileSketch* begin() const { return list_ ? list_->data() : nullptr; }
+    const QuantileSketch* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
+    void reserve(size_t n) {
+        if (n == 0) return;
+        if (!list_) list_ = std::make_unique<std::vector<QuantileSketch>>();
+        list_->reserve(n);
+    }
+    void emplace_back(double relative_error, uint32_t buckets_max) {
+        if (!list_) list_ = std::make_unique<std::vector<QuantileSketch>>();
+        list_->emplace_back(relative_error, buckets_max);
+    }
+    /// Bytes on the heap besides the sketches' own (the list and its unused capacity).
+    size_t overhead_bytes() const {
+        return list_ ? sizeof(*list_) + (list_->capacity() - list_->size()) * sizeof(QuantileSketch)
+                     : 0;
+    }
+    bool operator==(const SketchList& other) const {
+        return size() == other.size() && std::equal(begin(), end(), other.begin());
+    }
+
+  private:
+    std::unique_ptr<std::vector<QuantileSketch>> list_;
 };
 
 /// The state of every aggregate of one window (or slice, or session).
@@ -123,7 +171,7 @@ class SlotValues {
 /// updating it allocates nothing unless a quantile sketch opens a new bucket.
 struct AggregateState {
     SlotValues values;
-    std::vector<QuantileSketch> sketches;
+    SketchList sketches;
     bool operator==(const AggregateState&) const = default;
 };
 
@@ -159,8 +207,13 @@ class AggregateSet {
     /// Bytes of a fresh state: the per-window cost used to refuse configs that cannot fit.
     size_t bytes_per_window() const;
 
-    void encode(const AggregateState& state, std::string& out) const;
-    bool decode(std::string_view& in, AggregateState& state) const;
+    /// How a state is stored: `fixed` (little-endian u32 shape and f64 values, the engine's
+    /// state up to store format 4), `compact` (varint shape, values by put_f64_compact).
+    enum class StateEncoding { fixed, compact };
+    void encode(const AggregateState& state, std::string& out,
+                StateEncoding encoding = StateEncoding::compact) const;
+    bool decode(std::string_view& in, AggregateState& state,
+                StateEncoding encoding = StateEncoding::compact) const;
 
   private:
     // add() runs for every event: it walks this compact list, built once from specs_, instead

@@ -43,7 +43,8 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
     if (!session_) slice_ms_ = std::gcd(size_ms_, advance_ms_);
     fresh_ = aggs_.make();
     scratch_ = fresh_;
-    unit_bytes_ = aggs_.bytes_per_window() + sizeof(Unit);
+    // A unit holds its aggregate state: count what the state keeps on the heap once.
+    unit_bytes_ = sizeof(Unit) + aggs_.bytes_per_window() - sizeof(AggregateState);
     id_seed_ = emission_id_seed(node_id_, spec_.name, spec_.version);
 }
 

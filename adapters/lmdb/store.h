@@ -29,7 +29,8 @@ class CheckpointTxn;
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
 /// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` (id -> seq, the unique index),
 /// `outbox_id_seqs` (seq -> id, so prune_ids costs what it prunes), `outbox_windows`
-/// (pipeline+key+window -> latest seq, for compaction) and `side` (seq -> pipeline, key, record;
+/// (pipeline+key+window -> latest seq, for compaction; the entries of deleted rows are swept
+/// by later deletes, a few consecutive pages per commit) and `side` (seq -> pipeline, key, record;
 /// meta keeps the high-water log position of the side records, for their dedupe). Every write is
 /// one transaction committed with a full fsync: power loss costs at most the writes not yet
 /// returned, never integrity. A failed write leaves nothing behind (the txn is aborted), except
@@ -77,8 +78,11 @@ class Store {
     bool read_only() const { return options_.read_only; }
     // 2: outbox rows carry enqueued_ms. 3: side rows carry pipeline and key (rows of older
     // formats are still read). 4: outbox rows may be version records, state may hold two
-    // versions of a pipeline. open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 4;
+    // versions of a pipeline. 5: the engine writes window state in its compact encoding
+    // (core/engine/state_codec.cpp; it reads the old one, and the first checkpoint after a
+    // restore rewrites those records in the new one).
+    // open() writes this version into an older store it opens writable.
+    static constexpr uint64_t format_version = 5;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
@@ -111,7 +115,9 @@ class Store {
     /// it (the claim and outbox_append's compaction decision exclude each other). So a caller
     /// that only looks (tests, benchmarks) also stops compaction of what it saw.
     StoreResult<std::vector<OutboxRow>> outbox_peek(uint64_t from_seq, size_t limit);
-    /// Deletes rows (on PUBACK); missing seqs are fine. Their ids stay in the index (prune_ids).
+    /// Deletes rows (on PUBACK); missing seqs are fine. Their ids stay in the index (prune_ids);
+    /// their outbox_windows entries stay until a later delete's sweep (4 entries looked at per
+    /// row deleted) removes them: at most about a third of the rows the outbox held stay stale.
     /// In a full map the rows go in smaller transactions (halves, down to one row); an error
     /// (map_full, disk_full) may leave part of them deleted: delete them all again.
     StoreResult<void> outbox_delete(std::span<const uint64_t> seqs);

@@ -53,6 +53,7 @@ Result<bool> LogReader::open_segment(uint64_t first_offset) {
     fd_ = fd;
     segment_first_ = first_offset;
     segment_path_ = std::move(path);
+    context_.clear();
     return true;
 }
 
@@ -91,6 +92,14 @@ Result<void> LogReader::seek(uint64_t offset) {
                     seg.path + " was removed while seeking");
     }
     position_ = offset;
+    if (offset > seg.first_offset) {
+        // Compact frames need what the segment's frames before the offset say: whether it is
+        // compact, its base time and its topic dictionary. Read them (a walk over frame heads
+        // and CRCs, as the writer's open() does).
+        SegmentWindow window(fd_, segment_path_, offset - seg.first_offset, size_t{1} << 20);
+        auto scan = scan_segment(window, seg.first_offset, offset - seg.first_offset, context_);
+        if (!scan) return std::unexpected(scan.error());
+    }
     return {};
 }
 
@@ -169,9 +178,13 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
     // been finished by the writer meanwhile, and the search below must not skip it.
     Record rec;
     uint64_t frame = 0;
-    auto status = window.decode_at(from, rec, frame);
+    FrameInfo info;
+    auto status = window.decode_at(from, context_, rec, frame, info);
     if (!status) return std::unexpected(status.error());
-    if (*status == FrameStatus::ok || *status == FrameStatus::bad_type) return true;
+    if (*status == FrameStatus::ok || *status == FrameStatus::bad_type ||
+        *status == FrameStatus::unknown_topic) {
+        return true;
+    }
     const char* what = *status == FrameStatus::bad_length ? "invalid record length"
                        : *status == FrameStatus::bad_crc  ? "CRC mismatch"
                                                           : "record cut short";
@@ -179,7 +192,7 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
     // length says the next frame starts is one cue, weighed by find_next_frame.
     std::optional<uint64_t> after_frame;
     if (*status == FrameStatus::bad_crc) after_frame = from + frame;
-    auto found = find_next_frame(window, from, after_frame, last_ingest_ms_);
+    auto found = find_next_frame(window, from, after_frame, last_ingest_ms_, context_);
     if (!found) return std::unexpected(found.error());
     if (*found) {
         count_damage(from, **found, what);
@@ -212,14 +225,23 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
     while (true) {
         if (position_ >= end_offset_max) return false;  // moved there by skipped damage
         uint64_t frame = 0;
-        FrameStatus status =
-            decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_), out, frame);
-        if (status == FrameStatus::ok) {
+        FrameInfo info;
+        FrameStatus status = decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_),
+                                          context_, out, frame, info);
+        if (status == FrameStatus::ok || status == FrameStatus::unknown_topic) {
             out.offset = position_;
             out.next_offset = position_ + frame;
             begin_ += frame;
             position_ += frame;
             last_ingest_ms_ = out.ingest_ms;
+            if (status == FrameStatus::unknown_topic) {
+                // Its topic's definition was in bytes lost to damage: the record is lost too.
+                count_damage(out.offset - segment_first_, out.next_offset - segment_first_,
+                             "a message whose topic definition was lost");
+                continue;
+            }
+            apply_frame(context_, out, info);
+            if (info.anchor) continue;  // not a record
             return true;
         }
         if (status == FrameStatus::bad_type) {

@@ -41,6 +41,12 @@ struct ReaderStats {
 /// and next() returns false without counting it, unless end_offset_max says the writer's
 /// records go further, when it is skipped up to end_offset_max. A file that ends below
 /// end_offset_max, and a valid record of an unknown type, are errors.
+/// Compact segments (record.h): anchors are read and never returned; seek() into the middle of
+/// a segment first walks the segment's frames before the offset (heads and CRCs, as the
+/// writer's open() does) for its topic dictionary, so a seek costs up to a segment's read. A
+/// message whose topic definition was lost to damage is lost with it: skipped and counted as
+/// damage (the writer defines each topic again after the next anchor). next() may also move
+/// position() past an anchor when it returns false.
 /// Concurrency: one thread per reader, except stats(), which any thread may call. Any number
 /// of readers may run beside a writer in another thread or process; the reader never modifies
 /// the files. A segment removed by retention while being read stays readable through the open
@@ -99,6 +105,7 @@ class LogReader {
     size_t end_ = 0;
     uint64_t position_ = 0;
     int64_t last_ingest_ms_ = ingest_ms_unknown;  // of the last record returned since seek()
+    FrameContext context_;                        // of the segment being read, up to position_
 
     mutable std::mutex stats_mutex_;
     ReaderStats stats_;

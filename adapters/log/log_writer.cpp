@@ -25,62 +25,6 @@ std::string errno_text(int err) {
     return std::strerror(err);
 }
 
-void store_le(char* p, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i)
-        p[i] = static_cast<char>(v >> (8 * i));
-}
-
-struct ScanResult {
-    uint64_t good_bytes = 0;  // end of the last valid frame, relative to the segment start
-    uint64_t records = 0;
-    int64_t first_ingest_ms = ingest_ms_unknown;
-    int64_t last_ingest_ms = ingest_ms_unknown;
-    uint64_t damaged_regions = 0;  // invalid bytes with valid frames after them: left in place
-    uint64_t damaged_bytes = 0;
-};
-
-// Walks the frames of a segment from its start. At an invalid or incomplete frame it searches
-// for a valid frame further on (find_next_frame): if one follows, the bytes in between are
-// damage in the middle, counted and left in place (records after them keep their offsets,
-// which a checkpoint may hold); if none follows, the frame starts a torn tail and the walk
-// ends. A valid frame of an unknown type is an error: a newer version wrote it, and cutting it
-// off would destroy data this version cannot read.
-Result<ScanResult> scan_segment(int fd, uint64_t file_bytes, uint64_t first_offset,
-                                const std::string& path) {
-    ScanResult scan;
-    SegmentWindow window(fd, path, file_bytes, scan_block_bytes);
-    uint64_t pos = 0;
-    while (pos < window.file_bytes()) {
-        Record rec;
-        uint64_t frame = 0;
-        auto status = window.decode_at(pos, rec, frame);
-        if (!status) return std::unexpected(status.error());
-        if (*status == FrameStatus::ok) {
-            if (scan.records == 0) scan.first_ingest_ms = rec.ingest_ms;
-            scan.last_ingest_ms = rec.ingest_ms;
-            ++scan.records;
-            pos += frame;
-            continue;
-        }
-        if (*status == FrameStatus::bad_type) {
-            return fail("log segment " + path + ": the record at offset " +
-                        std::to_string(first_offset + pos) +
-                        " has an unknown type; it was written by a newer tidemark. Upgrade, or "
-                        "move the log directory away to start a new log.");
-        }
-        std::optional<uint64_t> hint;
-        if (*status == FrameStatus::bad_crc) hint = pos + frame;
-        auto next = find_next_frame(window, pos, hint, scan.last_ingest_ms);
-        if (!next) return std::unexpected(next.error());
-        if (!*next) break;  // a torn tail: nothing valid follows
-        ++scan.damaged_regions;
-        scan.damaged_bytes += **next - pos;
-        pos = **next;
-    }
-    scan.good_bytes = pos;
-    return scan;
-}
-
 // The ingest time of a segment's first record, if it can be read.
 int64_t first_ingest_ms(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -142,7 +86,7 @@ LogWriter::~LogWriter() {
 
 Result<std::unique_ptr<LogWriter>> LogWriter::open(const LogOptions& options) {
     if (options.dir.empty()) return fail("log: storage directory is empty");
-    if (options.segment_bytes < frame_bytes(0, 0)) {
+    if (options.segment_bytes < anchor_frame_bytes + compact_frame_bytes_min) {
         return fail("log: segment_bytes " + std::to_string(options.segment_bytes) +
                     " is smaller than one record");
     }
@@ -187,7 +131,9 @@ Result<void> LogWriter::recover() {
     if (active_fd_ < 0) {
         return fail("cannot open log segment " + last.path + ": " + errno_text(errno));
     }
-    auto scan = scan_segment(active_fd_, last.bytes, last.first_offset, last.path);
+    FrameContext context;
+    SegmentWindow window(active_fd_, last.path, last.bytes, scan_block_bytes);
+    auto scan = scan_segment(window, last.first_offset, UINT64_MAX, context);
     if (!scan) return std::unexpected(scan.error());
     if (scan->good_bytes < last.bytes) {
         // Only what follows the last good record is cut; nothing before it is touched.
@@ -227,13 +173,26 @@ Result<void> LogWriter::recover() {
         const SegmentFile& prev = files[files.size() - 2];
         int fd = ::open(prev.path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) return fail("cannot open log segment " + prev.path + ": " + errno_text(errno));
-        auto prev_scan = scan_segment(fd, prev.bytes, prev.first_offset, prev.path);
+        FrameContext prev_context;
+        SegmentWindow prev_window(fd, prev.path, prev.bytes, scan_block_bytes);
+        auto prev_scan = scan_segment(prev_window, prev.first_offset, UINT64_MAX, prev_context);
         ::close(fd);
         if (!prev_scan) return std::unexpected(prev_scan.error());
         segments_[segments_.size() - 2].max_ingest_ms = prev_scan->last_ingest_ms;
-        last_ingest_ms_ = prev_scan->last_ingest_ms;
+        // An anchor alone in the active segment carries the newest time (its record was cut).
+        last_ingest_ms_ = std::max(prev_scan->last_ingest_ms, scan->last_ingest_ms);
     } else {
         last_ingest_ms_ = scan->last_ingest_ms;
+    }
+    // Appends go on in the active segment's compact part with its dictionary; a segment of the
+    // old format, or one with damage (whose definitions may be lost), is closed instead: the
+    // first append starts a new segment.
+    if (scan->good_bytes > 0) {
+        if (context.compact && scan->damaged_regions == 0) {
+            dictionary_.adopt(context);
+        } else {
+            roll_due_ = true;
+        }
     }
     publish_extent();
     durable_offset_.store(end_offset_.load());
@@ -311,6 +270,8 @@ Result<void> LogWriter::roll() {
     active_path_ = std::move(path);
     segments_.push_back(Segment{next_first, 0, ingest_ms_unknown, ingest_ms_unknown});
     ++counters_.rollovers;
+    dictionary_.clear();
+    roll_due_ = false;
     return {};
 }
 
@@ -336,43 +297,47 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
     }
     const uint64_t topic_bytes =
         topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
-    uint64_t body_bytes = body_prefix_bytes + topic_bytes + payload.size();
     std::unique_lock lock(mutex_);
     if (poisoned_) return fail(*poisoned_);
-    if (topic_bytes > topic_bytes_max || body_bytes > record_body_bytes_max) {
+    if (topic_bytes > topic_bytes_max ||
+        topic_bytes + payload.size() > record_body_bytes_max - 32) {
         ++counters_.append_errors;
         return fail("log: record too large (topic " + std::to_string(topic_bytes) +
                     " bytes, payload " + std::to_string(payload.size()) + " bytes; limits " +
                     std::to_string(topic_bytes_max) + " and " +
-                    std::to_string(record_body_bytes_max) + " bytes per record)");
+                    std::to_string(record_body_bytes_max - 32) + " bytes per record)");
     }
-    // A clock that steps back does not move the log's time back.
+    // A clock that steps back does not move the log's time back (nor before the segment's base).
     if (last_ingest_ms_ != ingest_ms_unknown) ingest_ms = std::max(ingest_ms, last_ingest_ms_);
+    if (dictionary_.compact()) ingest_ms = std::max(ingest_ms, dictionary_.base_ms());
 
-    uint64_t frame = frame_header_bytes + body_bytes;
-    if (segments_.back().bytes > 0 && segments_.back().bytes + frame > options_.segment_bytes) {
-        auto rolled = roll();
-        if (!rolled) {
+    // A new segment when this record (and the anchor before it, if one is due) would not fit,
+    // when the dictionary is full, or after open() found an old or damaged one.
+    const Segment& current = segments_.back();
+    const bool new_topic = type == RecordType::message && !dictionary_.knows(topic_parts[0]);
+    const bool anchor_due = !dictionary_.compact() || dictionary_.anchor_due();
+    const uint64_t needed = (anchor_due ? anchor_frame_bytes : 0) +
+                            compact_frame_bytes(type, ingest_ms, topic_parts, payload, anchor_due);
+    if (current.bytes > 0 && (roll_due_ || current.bytes + needed > options_.segment_bytes ||
+                              (new_topic && dictionary_.full_for(topic_parts[0])))) {
+        if (auto rolled = roll(); !rolled) {
             ++counters_.append_errors;
             return std::unexpected(rolled.error());
         }
     }
-    if (auto written = write_frame(type, ingest_ms, topic_parts, payload, body_bytes); !written) {
-        return std::unexpected(written.error());
+    uint64_t anchor_offset = 0;
+    if (!dictionary_.compact() || dictionary_.anchor_due()) {
+        auto anchored = write_anchor(ingest_ms);
+        if (!anchored) return std::unexpected(anchored.error());
+        anchor_offset = *anchored;
     }
+    auto written = write_compact(type, ingest_ms, topic_parts, payload);
+    if (!written) return std::unexpected(written.error());
+    const uint64_t frame = *written;
     Segment& active = segments_.back();
-    uint64_t offset = active.first_offset + active.bytes;
-    active.bytes += frame;
-    if (active.first_ingest_ms == ingest_ms_unknown) {
-        active.first_ingest_ms = ingest_ms;
-        if (segments_.size() == 1) oldest_ingest_ms_.store(ingest_ms, std::memory_order_release);
-    }
-    active.max_ingest_ms = ingest_ms;
-    last_ingest_ms_ = ingest_ms;
+    const uint64_t offset = active.first_offset + active.bytes;
+    account(offset, frame, ingest_ms);
     ++counters_.records_appended;
-    counters_.bytes_appended += frame;
-    total_bytes_.fetch_add(frame, std::memory_order_acq_rel);
-    end_offset_.store(offset + frame, std::memory_order_release);
 
     if (options_.fsync == FsyncPolicy::always) {
         if (::fdatasync(active_fd_) != 0) {
@@ -386,36 +351,130 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
         ++counters_.syncs;
         durable_offset_.store(offset + frame, std::memory_order_release);
     }
+    (void)anchor_offset;
     lock.unlock();
     core::crash_point(core::CrashPoint::after_log_append);
     return offset;
 }
 
-// One pwritev() of the frame at the end of the active segment, no copy of topic or payload;
-// a failed write is rolled back so the next append starts at a record boundary.
-Result<void> LogWriter::write_frame(RecordType type, int64_t ingest_ms,
-                                    const std::string_view (&topic_parts)[3],
-                                    std::string_view payload, uint64_t body_bytes) {
+// The bookkeeping of a frame written at `offset` (mutex_ held).
+void LogWriter::account(uint64_t offset, uint64_t frame, int64_t ingest_ms) {
     Segment& active = segments_.back();
-    char head[frame_header_bytes + body_prefix_bytes];
-    char* prefix = head + frame_header_bytes;
-    prefix[0] = static_cast<char>(type);
-    store_le(prefix + 1, static_cast<uint64_t>(ingest_ms), 8);
-    store_le(prefix + 9, body_bytes - body_prefix_bytes - payload.size(), 2);
-    uint32_t crc = crc32c(0, std::string_view(prefix, body_prefix_bytes));
-    for (std::string_view part : topic_parts)
-        crc = crc32c(crc, part);
+    active.bytes += frame;
+    if (active.first_ingest_ms == ingest_ms_unknown) {
+        active.first_ingest_ms = ingest_ms;
+        if (segments_.size() == 1) oldest_ingest_ms_.store(ingest_ms, std::memory_order_release);
+    }
+    active.max_ingest_ms = ingest_ms;
+    last_ingest_ms_ = ingest_ms;
+    counters_.bytes_appended += frame;
+    total_bytes_.fetch_add(frame, std::memory_order_acq_rel);
+    end_offset_.store(offset + frame, std::memory_order_release);
+}
+
+// The anchor before a record: at a segment's start, and every anchor_interval_bytes (then the
+// dictionary's topics are defined again at their next use). Returns its offset.
+Result<uint64_t> LogWriter::write_anchor(int64_t ingest_ms) {
+    const int64_t base_ms = dictionary_.compact() ? dictionary_.base_ms() : ingest_ms;
+    char frame[anchor_frame_bytes] = {};
+    char* body = frame + frame_header_bytes;
+    body[0] = 4;  // the anchor's type (record.h)
+    store_le(body + 1, static_cast<uint64_t>(ingest_ms), 8);
+    store_le(body + 9, 0, 2);
+    body[body_prefix_bytes] = static_cast<char>(compact_format);
+    store_le(body + body_prefix_bytes + 1, static_cast<uint64_t>(base_ms), 8);
+    store_le(frame, anchor_body_bytes, 4);
+    store_le(frame + 4, crc32c(0, std::string_view(body, anchor_body_bytes)), 4);
+    iovec iov[1] = {{frame, sizeof frame}};
+    if (auto ok = write_iov(iov, 1); !ok) return std::unexpected(ok.error());
+    Segment& active = segments_.back();
+    const uint64_t offset = active.first_offset + active.bytes;
+    account(offset, anchor_frame_bytes, ingest_ms);
+    dictionary_.anchored(base_ms);
+    return offset;
+}
+
+// The size of the record's compact frame, written now (after an anchor, when `after_anchor`):
+// the arithmetic of write_compact().
+uint64_t LogWriter::compact_frame_bytes(RecordType type, int64_t ingest_ms,
+                                        const std::string_view (&topic_parts)[3],
+                                        std::string_view payload, bool after_anchor) const {
+    const uint64_t topic_bytes =
+        topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
+    const int64_t base_ms = dictionary_.compact() ? dictionary_.base_ms() : ingest_ms;
+    uint64_t body = 1 + varint_bytes(static_cast<uint64_t>(ingest_ms - base_ms)) + payload.size();
+    if (type == RecordType::message) {
+        const TopicDictionary::Use use = dictionary_.use(topic_parts[0]);
+        body += varint_bytes(use.id);
+        if (use.define || after_anchor) body += varint_bytes(topic_bytes) + topic_bytes;
+    } else {
+        body += varint_bytes(topic_bytes) + topic_bytes;
+    }
+    return varint_bytes(body) + 4 + body;
+}
+
+// One pwritev() of the record's compact frame at the end of the active segment, no copy of
+// topic or payload. Returns the frame's size.
+Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
+                                          const std::string_view (&topic_parts)[3],
+                                          std::string_view payload) {
+    // Body head: type, ingest delta, then the topic id (and a definition's topic length) or the
+    // inline topic field's length.
+    char head[4 + 4 + 1 + 10 + 3 + 3];
+    char body_head[1 + 10 + 3 + 3];
+    size_t n = 0;
+    const uint64_t topic_bytes =
+        topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
+    const uint64_t delta = static_cast<uint64_t>(ingest_ms - dictionary_.base_ms());
+    std::optional<TopicDictionary::Use> use;
+    bool carries_topic = true;
+    if (type == RecordType::message) {
+        use = dictionary_.use(topic_parts[0]);
+        body_head[n++] = static_cast<char>(use->define ? 5 : 1);
+        n += put_varint(body_head + n, delta);
+        n += put_varint(body_head + n, use->id);
+        if (use->define) {
+            n += put_varint(body_head + n, topic_bytes);
+        } else {
+            carries_topic = false;
+        }
+    } else {
+        body_head[n++] = static_cast<char>(type == RecordType::tick ? 2 : 3);
+        n += put_varint(body_head + n, delta);
+        n += put_varint(body_head + n, topic_bytes);
+    }
+    const uint64_t body_bytes = n + (carries_topic ? topic_bytes : 0) + payload.size();
+    uint32_t crc = crc32c(0, std::string_view(body_head, n));
+    if (carries_topic) {
+        for (std::string_view part : topic_parts)
+            crc = crc32c(crc, part);
+    }
     crc = crc32c(crc, payload);
-    store_le(head, body_bytes, 4);
-    store_le(head + 4, crc, 4);
+    size_t h = put_varint(head, body_bytes);
+    store_le(head + h, crc, 4);
+    h += 4;
+    std::memcpy(head + h, body_head, n);
+    h += n;
 
     auto iov_of = [](std::string_view s) { return iovec{const_cast<char*>(s.data()), s.size()}; };
-    iovec iov[5] = {{head, sizeof(head)},
-                    iov_of(topic_parts[0]),
-                    iov_of(topic_parts[1]),
-                    iov_of(topic_parts[2]),
+    const std::string_view none;
+    iovec iov[5] = {{head, h},
+                    iov_of(carries_topic ? topic_parts[0] : none),
+                    iov_of(carries_topic ? topic_parts[1] : none),
+                    iov_of(carries_topic ? topic_parts[2] : none),
                     iov_of(payload)};
-    if (int err = write_all_at(active_fd_, iov, 5, active.bytes); err != 0) {
+    if (auto ok = write_iov(iov, 5); !ok) return std::unexpected(ok.error());
+    if (use) dictionary_.used(topic_parts[0], *use);
+    const uint64_t frame = h - n + body_bytes;
+    dictionary_.wrote(frame);
+    return frame;
+}
+
+// pwritev of iov at the end of the active segment; a failed write is rolled back so the next
+// append starts at a frame boundary.
+Result<void> LogWriter::write_iov(iovec* iov, int count) {
+    Segment& active = segments_.back();
+    if (int err = write_all_at(active_fd_, iov, count, active.bytes); err != 0) {
         ++counters_.append_errors;
         std::string message =
             "cannot append to log segment " + active_path_ + ": " + errno_text(err);

@@ -12,7 +12,10 @@
 
 #include "adapters/log/log_options.h"
 #include "adapters/log/record.h"
+#include "adapters/log/topic_dictionary.h"
 #include "core/result.h"
+
+struct iovec;
 
 namespace tidemark::log {
 
@@ -56,24 +59,30 @@ struct RetentionResult {
 /// (damaged_regions, damaged_bytes), so that the records after them keep their offsets; if none
 /// follows, they are a torn tail, cut at the end of the last valid record and counted
 /// (tail_bytes_cut). end_offset() is then the end of the last valid record. open() fdatasyncs
-/// what it found, so that durable_offset() starts true. append() writes one frame with one
-/// pwritev() (no copy of topic or payload, no allocation), clamps ingest_ms so that it never
-/// decreases (also across restarts), and returns the record's offset. A failed write (ENOSPC,
-/// EFBIG, EIO) is rolled back by truncating the segment to its last good end, so the writer
-/// stays usable and the caller can back off and retry.
-/// A failed fdatasync poisons the writer: Linux may have dropped the dirty pages or kept them
-/// in the page cache marked clean, where a restarted process would read records the disk never
-/// got and its own fdatasync would not say so. So before it gives up, the writer cuts the
-/// active segment back to durable_offset() (the end of the last successful sync): after a
-/// restart the log holds only what was durable before the failure (the records appended since
-/// the last sync are lost, as on a power loss). fdatasync is never retried. A poisoned writer
-/// says so (poisoned(), poison_error(), stats().poisoned) and every later call returns that
-/// error: the process should exit non-zero and let its supervisor restart it. A failed
-/// rollback of a failed write poisons it too (the partial frame stays; the restart cuts it).
-/// Why cut on poison rather than keep a durable mark on disk: a mark written and fdatasynced
-/// after every successful sync doubles the device flushes (measured on ext4 on the build VM:
-/// 5.9 ms per synced record, 10.6 to 13.2 ms with the mark), halving FsyncPolicy::always, to
-/// guard a case the writer sees itself when it happens. Limits of the cut: if the ftruncate
+/// what it found, so that durable_offset() starts true. append() writes one compact frame with
+/// one pwritev() (no copy of topic or payload; an allocation only for a topic new to the
+/// segment), clamps ingest_ms so that it never decreases (also across restarts), and returns the
+/// record's offset. Frames (record.h): a segment starts with an anchor and holds compact
+/// frames, which carry a topic once per segment (and again after each anchor, every
+/// anchor_interval_bytes) and its id after that; an anchor is written with a second pwritev()
+/// before the record that needs it. open() goes on appending to a compact active segment with
+/// its dictionary (read back by the scan); an active segment of the old format (full frames, a
+/// log written before 2026-12-01) or with damage is closed instead, and the first append starts
+/// a new segment: old segments are read as they are and leave with retention. A failed write
+/// (ENOSPC, EFBIG, EIO) is rolled back by truncating the segment to its last good end, so the
+/// writer stays usable and the caller can back off and retry. A failed fdatasync poisons the
+/// writer: Linux may have dropped the dirty pages or kept them in the page cache marked clean,
+/// where a restarted process would read records the disk never got and its own fdatasync would not
+/// say so. So before it gives up, the writer cuts the active segment back to durable_offset() (the
+/// end of the last successful sync): after a restart the log holds only what was durable before the
+/// failure (the records appended since the last sync are lost, as on a power loss). fdatasync is
+/// never retried. A poisoned writer says so (poisoned(), poison_error(), stats().poisoned) and
+/// every later call returns that error: the process should exit non-zero and let its supervisor
+/// restart it. A failed rollback of a failed write poisons it too (the partial frame stays; the
+/// restart cuts it). Why cut on poison rather than keep a durable mark on disk: a mark written and
+/// fdatasynced after every successful sync doubles the device flushes (measured on ext4 on the
+/// build VM: 5.9 ms per synced record, 10.6 to 13.2 ms with the mark), halving FsyncPolicy::always,
+/// to guard a case the writer sees itself when it happens. Limits of the cut: if the ftruncate
 /// fails too (the error says so), or the process is killed between the failed fdatasync and
 /// the cut, a restart may read records the disk does not hold.
 /// Concurrency: append() and maybe_sync() are meant for one thread (the ingest callback);
@@ -86,10 +95,11 @@ struct RetentionResult {
 /// directory; this is not enforced (the runtime holds its own lock on data_dir).
 /// Limits: a record body is at most record_body_bytes_max, a topic at most topic_bytes_max; the
 /// payload of a malformed record is cut to malformed_payload_bytes_max. Memory is one entry per
-/// segment. open() looks for damage only in the newest segment; older ones are checked by
-/// readers as they pass. Age retention uses the newest ingest time of a segment, which for
-/// segments written before open() is bounded by the next segment's first record (kept a
-/// little longer, never removed early).
+/// segment, and the active segment's topic dictionary (topic_ids_max topics,
+/// topic_dictionary_bytes_max bytes of topics: past either, a new segment starts). open() looks for
+/// damage only in the newest segment; older ones are checked by readers as they pass. Age retention
+/// uses the newest ingest time of a segment, which for segments written before open() is bounded by
+/// the next segment's first record (kept a little longer, never removed early).
 class LogWriter {
   public:
     static Result<std::unique_ptr<LogWriter>> open(const LogOptions& options);
@@ -153,9 +163,16 @@ class LogWriter {
     Result<uint64_t> append_frame(RecordType type, int64_t ingest_ms,
                                   const std::string_view (&topic_parts)[3],
                                   std::string_view payload);
-    Result<void> write_frame(RecordType type, int64_t ingest_ms,
-                             const std::string_view (&topic_parts)[3], std::string_view payload,
-                             uint64_t body_bytes);  // mutex_ held
+    // mutex_ held from here on
+    Result<uint64_t> write_anchor(int64_t ingest_ms);
+    Result<uint64_t> write_compact(RecordType type, int64_t ingest_ms,
+                                   const std::string_view (&topic_parts)[3],
+                                   std::string_view payload);
+    uint64_t compact_frame_bytes(RecordType type, int64_t ingest_ms,
+                                 const std::string_view (&topic_parts)[3], std::string_view payload,
+                                 bool after_anchor) const;
+    Result<void> write_iov(iovec* iov, int count);
+    void account(uint64_t offset, uint64_t frame, int64_t ingest_ms);
     Result<void> recover();
     Result<void> roll();                // mutex_ held
     Error poison(std::string message);  // mutex_ held; keeps the first error
@@ -171,6 +188,8 @@ class LogWriter {
     int active_fd_ = -1;
     std::string active_path_;
     int64_t last_ingest_ms_ = ingest_ms_unknown;
+    TopicDictionary dictionary_;  // the active segment's
+    bool roll_due_ = false;       // open() found an old-format or damaged active segment
     std::optional<std::string> poisoned_;
     LogStats counters_;  // the counter fields only; gauges are filled in by stats()
 

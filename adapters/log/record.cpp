@@ -5,6 +5,15 @@
 namespace tidemark::log {
 namespace {
 
+// Compact body types (record.h). 4 is the anchor's, a full frame's type.
+enum : uint8_t {
+    compact_message_ref = 1,
+    compact_tick = 2,
+    compact_malformed = 3,
+    anchor_type = 4,
+    compact_message_def = 5,
+};
+
 uint64_t load_le(const char* p, int n) {
     uint64_t v = 0;
     for (int i = 0; i < n; ++i)
@@ -12,32 +21,53 @@ uint64_t load_le(const char* p, int n) {
     return v;
 }
 
-}  // namespace
-
-std::string_view record_type_name(RecordType type) {
-    switch (type) {
-        case RecordType::message:
-            return "message";
-        case RecordType::tick:
-            return "tick";
-        case RecordType::malformed:
-            return "malformed";
+// A varint from the front of `bytes` (at most max_bytes long), consumed; nullopt if it does not
+// end within them.
+std::optional<uint64_t> take_varint(std::string_view& bytes, size_t max_bytes) {
+    uint64_t v = 0;
+    const size_t n = std::min(bytes.size(), max_bytes);
+    for (size_t i = 0; i < n; ++i) {
+        const auto b = static_cast<unsigned char>(bytes[i]);
+        if (i == 9 && b > 1) return std::nullopt;  // past 64 bits
+        v |= uint64_t{b & 0x7fu} << (7 * i);
+        if ((b & 0x80u) == 0) {
+            if (b == 0 && i > 0) return std::nullopt;  // not canonical
+            bytes.remove_prefix(i + 1);
+            return v;
+        }
     }
-    return "unknown";
+    return std::nullopt;
 }
 
-std::optional<FrameHead> peek_frame_head(std::string_view bytes) {
+// The first two bytes of an anchor (the only full frame a compact segment holds), which no
+// compact frame has (record.h).
+bool looks_like_anchor(std::string_view bytes) {
+    static_assert(anchor_body_bytes >= 0x80 && anchor_body_bytes <= 0xff);
+    return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == anchor_body_bytes &&
+           bytes[1] == 0;
+}
+
+void split_malformed(Record& out) {
+    // Without a separator (not written by LogWriter::append_malformed) it is all reason.
+    const size_t separator = out.topic.find(malformed_reason_separator);
+    out.reason = out.topic.substr(0, separator);
+    out.topic =
+        separator == std::string_view::npos ? std::string_view{} : out.topic.substr(separator + 1);
+}
+
+std::optional<FrameHead> peek_full_head(std::string_view bytes) {
     if (bytes.size() < frame_header_bytes + body_prefix_bytes) return std::nullopt;
     uint64_t body_bytes = load_le(bytes.data(), 4);
     if (body_bytes < body_prefix_bytes || body_bytes > record_body_bytes_max) return std::nullopt;
     const char* body = bytes.data() + frame_header_bytes;
     auto type = static_cast<unsigned char>(body[0]);
-    if (type < 1 || type > 3) return std::nullopt;
+    if (type < 1 || type > anchor_type) return std::nullopt;
     if (body_prefix_bytes + load_le(body + 9, 2) > body_bytes) return std::nullopt;
     return FrameHead{frame_header_bytes + body_bytes, static_cast<int64_t>(load_le(body + 1, 8))};
 }
 
-FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out) {
+FrameStatus decode_full(std::string_view bytes, Record& out, uint64_t& frame_bytes_out,
+                        FrameInfo& info) {
     frame_bytes_out = 0;
     if (bytes.size() < frame_header_bytes) return FrameStatus::incomplete;
     uint64_t body_bytes = load_le(bytes.data(), 4);
@@ -52,20 +82,198 @@ FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_by
     uint64_t topic_bytes = load_le(body.data() + 9, 2);
     if (body_prefix_bytes + topic_bytes > body_bytes) return FrameStatus::bad_crc;
     auto type = static_cast<unsigned char>(body[0]);
-    if (type < 1 || type > 3) return FrameStatus::bad_type;
-    out.type = static_cast<RecordType>(type);
+    if (type < 1 || type > anchor_type) return FrameStatus::bad_type;
     out.ingest_ms = static_cast<int64_t>(load_le(body.data() + 1, 8));
     out.topic = body.substr(body_prefix_bytes, topic_bytes);
     out.payload = body.substr(body_prefix_bytes + topic_bytes);
     out.reason = {};
-    if (out.type == RecordType::malformed) {
-        // Without a separator (not written by LogWriter::append_malformed) it is all reason.
-        const size_t separator = out.topic.find(malformed_reason_separator);
-        out.reason = out.topic.substr(0, separator);
-        out.topic = separator == std::string_view::npos ? std::string_view{}
-                                                        : out.topic.substr(separator + 1);
+    info = {};
+    if (type == anchor_type) {
+        // An anchor of another format, or with a topic, was written by a newer version.
+        if (!out.topic.empty() || out.payload.size() != anchor_payload_bytes ||
+            static_cast<uint8_t>(out.payload[0]) != compact_format ||
+            out.payload.find_first_not_of('\0', 9) != std::string_view::npos) {
+            return FrameStatus::bad_type;
+        }
+        info.base_ms = static_cast<int64_t>(load_le(out.payload.data() + 1, 8));
+        // A base after the anchor's own time would let records run before it: not written so.
+        if (info.base_ms > out.ingest_ms) return FrameStatus::bad_crc;
+        out.type = RecordType::tick;
+        out.topic = out.payload = {};
+        info.anchor = true;
+        return FrameStatus::ok;
     }
+    out.type = static_cast<RecordType>(type);
+    if (out.type == RecordType::malformed) split_malformed(out);
     return FrameStatus::ok;
+}
+
+// The compact frame's length and body bounds: the length varint, its value in bounds.
+struct CompactHead {
+    uint64_t length_bytes = 0;
+    uint64_t body_bytes = 0;
+};
+
+// nullopt with frame_bytes_out 0: too few bytes to read the length; with frame_bytes_out set
+// to UINT64_MAX: the length is out of bounds.
+std::optional<CompactHead> read_compact_length(std::string_view bytes) {
+    std::string_view rest = bytes;
+    auto body_bytes = take_varint(rest, 4);
+    if (!body_bytes) return std::nullopt;
+    return CompactHead{bytes.size() - rest.size(), *body_bytes};
+}
+
+// base + delta as an ingest time, if it fits an int64.
+std::optional<int64_t> add_delta(int64_t base, uint64_t delta) {
+    const uint64_t room =
+        base >= 0 ? static_cast<uint64_t>(INT64_MAX - base)
+                  : static_cast<uint64_t>(INT64_MAX) + static_cast<uint64_t>(-(base + 1)) + 1;
+    if (delta > room) return std::nullopt;
+    return static_cast<int64_t>(static_cast<uint64_t>(base) + delta);
+}
+
+bool compact_length_ok(uint64_t body_bytes) {
+    return body_bytes >= 2 && body_bytes <= record_body_bytes_max;
+}
+
+}  // namespace
+
+void store_le(char* p, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+        p[i] = static_cast<char>(v >> (8 * i));
+}
+
+size_t put_varint(char* p, uint64_t v) {
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = static_cast<char>((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    p[n++] = static_cast<char>(v);
+    return n;
+}
+
+std::string_view record_type_name(RecordType type) {
+    switch (type) {
+        case RecordType::message:
+            return "message";
+        case RecordType::tick:
+            return "tick";
+        case RecordType::malformed:
+            return "malformed";
+    }
+    return "unknown";
+}
+
+std::optional<FrameHead> peek_frame_head(std::string_view bytes, const FrameContext& context) {
+    if (!context.compact || looks_like_anchor(bytes)) return peek_full_head(bytes);
+    auto length = read_compact_length(bytes);
+    if (!length || !compact_length_ok(length->body_bytes)) return std::nullopt;
+    if (bytes.size() <= length->length_bytes + 4) return std::nullopt;
+    std::string_view body = bytes.substr(length->length_bytes + 4);
+    const auto type = static_cast<unsigned char>(body[0]);
+    if (type < compact_message_ref || type > compact_message_def || type == anchor_type) {
+        return std::nullopt;
+    }
+    body.remove_prefix(1);
+    auto delta = take_varint(body, 10);
+    auto ingest = delta ? add_delta(context.base_ms, *delta) : std::nullopt;
+    if (!ingest) return std::nullopt;
+    return FrameHead{length->length_bytes + 4 + length->body_bytes, *ingest};
+}
+
+FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out) {
+    static const FrameContext start;
+    FrameInfo info;
+    return decode_frame(bytes, start, out, frame_bytes_out, info);
+}
+
+FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, Record& out,
+                         uint64_t& frame_bytes_out, FrameInfo& info) {
+    if (!context.compact || looks_like_anchor(bytes)) {
+        return decode_full(bytes, out, frame_bytes_out, info);
+    }
+    frame_bytes_out = 0;
+    auto length = read_compact_length(bytes);
+    if (!length) {
+        // A varint that has not ended: too short, or longer than any valid length.
+        return bytes.size() < 4 ? FrameStatus::incomplete : FrameStatus::bad_length;
+    }
+    if (!compact_length_ok(length->body_bytes)) return FrameStatus::bad_length;
+    const uint64_t head = length->length_bytes + 4;
+    frame_bytes_out = head + length->body_bytes;
+    if (bytes.size() < frame_bytes_out) return FrameStatus::incomplete;
+    auto crc = static_cast<uint32_t>(load_le(bytes.data() + length->length_bytes, 4));
+    std::string_view body = bytes.substr(head, length->body_bytes);
+    if (crc32c(0, body) != crc) return FrameStatus::bad_crc;
+    const auto type = static_cast<unsigned char>(body[0]);
+    std::string_view rest = body.substr(1);
+    auto delta = take_varint(rest, 10);
+    auto ingest = delta ? add_delta(context.base_ms, *delta) : std::nullopt;
+    // Fields that do not fit the body the CRC vouches for: a writer's bug or a forged frame.
+    if (!ingest) return FrameStatus::bad_crc;
+    out.ingest_ms = *ingest;
+    out.reason = {};
+    out.topic = {};
+    info = {};
+    switch (type) {
+        case compact_tick:
+        case compact_malformed: {
+            auto field = take_varint(rest, 3);
+            if (!field || *field > topic_bytes_max || *field > rest.size()) {
+                return FrameStatus::bad_crc;
+            }
+            out.type = type == compact_tick ? RecordType::tick : RecordType::malformed;
+            out.topic = rest.substr(0, *field);
+            out.payload = rest.substr(*field);
+            if (out.type == RecordType::malformed) split_malformed(out);
+            return FrameStatus::ok;
+        }
+        case compact_message_ref:
+        case compact_message_def: {
+            auto id = take_varint(rest, 3);
+            if (!id || *id == 0 || *id > topic_ids_max) return FrameStatus::bad_crc;
+            out.type = RecordType::message;
+            info.topic_id = static_cast<uint32_t>(*id);
+            if (type == compact_message_def) {
+                auto topic = take_varint(rest, 3);
+                if (!topic || *topic > topic_bytes_max || *topic > rest.size()) {
+                    return FrameStatus::bad_crc;
+                }
+                info.defines_topic = true;
+                out.topic = rest.substr(0, *topic);
+                out.payload = rest.substr(*topic);
+                return FrameStatus::ok;
+            }
+            out.payload = rest;
+            if (*id > context.topics.size() || !context.topics[*id - 1]) {
+                return FrameStatus::unknown_topic;
+            }
+            out.topic = *context.topics[*id - 1];
+            return FrameStatus::ok;
+        }
+        default:
+            return FrameStatus::bad_type;
+    }
+}
+
+void apply_frame(FrameContext& context, const Record& record, const FrameInfo& info) {
+    if (info.anchor) {
+        // The base is the segment's, the same in all its anchors; the dictionary stays (ids
+        // keep their topics for the whole segment).
+        context.compact = true;
+        context.base_ms = info.base_ms;
+        return;
+    }
+    if (!info.defines_topic) return;
+    if (info.topic_id > context.topics.size()) context.topics.resize(info.topic_id);
+    std::optional<std::string>& slot = context.topics[info.topic_id - 1];
+    if (slot && *slot == record.topic) return;
+    // Bounded like the writer's dictionary: a reader keeps no more than a writer would write.
+    const uint64_t bytes = context.topic_bytes - (slot ? slot->size() : 0) + record.topic.size();
+    if (bytes > topic_dictionary_bytes_max) return;
+    context.topic_bytes = bytes;
+    slot.emplace(record.topic);
 }
 
 }  // namespace tidemark::log

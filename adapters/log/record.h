@@ -1,8 +1,35 @@
-// One record of the ingest log and its on-disk frame.
+// One record of the ingest log and its on-disk frames.
 //
-// Frame (little-endian), at a global byte offset of the concatenated segments:
+// Two frame layouts (little-endian), at a global byte offset of the concatenated segments.
+//
+// Full frame (format 1, every frame of a segment written before 2026-12-01; and the anchor):
 //   u32 body_bytes | u32 crc32c(body) | body
 //   body = u8 type | i64 ingest_ms | u16 topic_bytes | topic | payload
+//
+// Compact frame (format 2: a segment that starts with an anchor holds compact frames after it):
+//   varint body_bytes | u32 crc32c(body) | body
+//   body = u8 type | varint (ingest_ms - base_ms) | by type:
+//     message_ref 1:  varint topic_id | payload
+//     tick 2,
+//     malformed 3:    varint topic_field_bytes | topic field | payload (the dictionary is for
+//                     messages; a tick's topic and payload are empty)
+//     message_def 5:  varint topic_id | varint topic_bytes | topic | payload
+// varint: unsigned LEB128 (7 bits a byte, low first), canonical (no zero last byte after the
+// first). The topic dictionary is the segment's:
+// a message_def gives topic_id its topic for the rest of the segment (ids are never reused in
+// a segment, so no damage can make an id name another topic); later messages of that topic carry
+// only the id. The writer writes a topic's definition again at its first use after every anchor,
+// so that a definition lost to damage costs the records of that topic only up to the next
+// anchor (anchor_interval_bytes), not to the end of the segment.
+// Anchor: a full frame of type 4, topic empty, payload u8 format (2) | i64 base_ms | zeros to
+// a 128-byte body (anchor_body_bytes says why). Its
+// ingest_ms is the next record's, as for any frame (the log's time never decreases); base_ms is
+// what compact frames' ingest times count from, the same in all the anchors of a segment (the
+// first record's ingest time). It opens every segment the writer creates (or the compact part
+// of an older segment) and repeats every anchor_interval_bytes. A reader that lost the
+// segment's first anchor to damage finds the next one (full frames can be searched for without
+// a context). An anchor is never returned as a record.
+//
 // A malformed record's topic field holds "reason\ttopic" (the reason has no tab); the writer
 // encodes it and decode_frame() splits it into Record::reason and Record::topic, so that no
 // one outside adapters/log knows the layout.
@@ -14,7 +41,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace tidemark::log {
 
@@ -47,24 +76,77 @@ inline constexpr char malformed_reason_separator = '\t';
 /// cannot be read; of a reader that has read nothing yet. Below every real one.
 inline constexpr int64_t ingest_ms_unknown = INT64_MIN;
 
-inline constexpr uint64_t frame_header_bytes = 8;  // u32 body length, u32 CRC
+inline constexpr uint64_t frame_header_bytes = 8;  // u32 body length, u32 CRC (full frame)
 inline constexpr uint64_t body_prefix_bytes = 11;  // u8 type, i64 ingest_ms, u16 topic length
+/// An anchor: a full frame whose payload is the format byte, the base time and zeros up to a
+/// body of 128 bytes. Its first two bytes (0x80 0x00, the length) are a varint no compact frame
+/// can start with (varints are canonical: none ends in a zero byte after the first), so that a
+/// compact segment tells an anchor from a compact frame by them.
+inline constexpr uint64_t anchor_body_bytes = 128;
+inline constexpr uint64_t anchor_frame_bytes = frame_header_bytes + anchor_body_bytes;
+inline constexpr uint64_t anchor_payload_bytes = anchor_body_bytes - body_prefix_bytes;
+inline constexpr uint8_t compact_format = 2;
+/// A compact frame's smallest: 1-byte length, CRC, type, 1-byte ingest delta, 1-byte id.
+inline constexpr uint64_t compact_frame_bytes_min = 1 + 4 + 1 + 1 + 1;
+/// The writer repeats the anchor (and the topic definitions after it) at least this often.
+inline constexpr uint64_t anchor_interval_bytes = uint64_t{4} << 20;
+/// A segment's topic dictionary holds at most this many topics and topic bytes; the writer
+/// starts a new segment rather than exceed either, and a reader refuses a larger id.
+inline constexpr uint64_t topic_ids_max = 1u << 16;
+inline constexpr uint64_t topic_dictionary_bytes_max = uint64_t{4} << 20;
 inline constexpr uint64_t record_body_bytes_max = uint64_t{16} << 20;
 inline constexpr uint64_t topic_bytes_max = 65535;
 /// A malformed record keeps at most this much of the payload: enough to see what was wrong,
 /// while a flood of oversized junk cannot fill the log at full size.
 inline constexpr uint64_t malformed_payload_bytes_max = 4096;
 
+/// A full frame's size.
 inline constexpr uint64_t frame_bytes(uint64_t topic_bytes, uint64_t payload_bytes) {
     return frame_header_bytes + body_prefix_bytes + topic_bytes + payload_bytes;
 }
 
+/// Bytes of v as an unsigned LEB128 varint.
+inline constexpr uint64_t varint_bytes(uint64_t v) {
+    uint64_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+/// What a reader knows of the segment it is in, to decode compact frames: whether an anchor was
+/// read (and its base time), and the topic dictionary so far. Empty at a segment's start.
+struct FrameContext {
+    bool compact = false;
+    int64_t base_ms = 0;
+    std::vector<std::optional<std::string>> topics;  // topics[id - 1]; nullopt: not defined
+    uint64_t topic_bytes = 0;
+
+    void clear() {
+        compact = false;
+        base_ms = 0;
+        topics.clear();
+        topic_bytes = 0;
+    }
+};
+
 enum class FrameStatus {
     ok,
-    incomplete,  // fewer bytes than the header or the body it announces
-    bad_length,  // the length field is outside [body_prefix_bytes, record_body_bytes_max]
-    bad_crc,     // complete, but the CRC or the topic length does not match the body
-    bad_type,    // the CRC matches but the type is unknown: written by a newer version
+    incomplete,     // fewer bytes than the header or the body it announces
+    bad_length,     // the length field is outside [body_prefix_bytes, record_body_bytes_max]
+    bad_crc,        // complete, but the CRC or the topic length does not match the body
+    bad_type,       // the CRC matches but the type is unknown: written by a newer version
+    unknown_topic,  // a valid compact frame whose topic id was not defined before it (its
+                    // definition was lost to damage, or the reader skipped it)
+};
+
+/// What else decode_frame() found in a frame that decodes ok.
+struct FrameInfo {
+    bool anchor = false;         // an anchor, not a record
+    int64_t base_ms = 0;         // an anchor's base time
+    uint32_t topic_id = 0;       // a compact message's topic id; 0 otherwise
+    bool defines_topic = false;  // a message_def: topic_id names Record::topic from here on
 };
 
 /// What the first frame_header_bytes + body_prefix_bytes of a frame say, read without the CRC.
@@ -73,15 +155,32 @@ struct FrameHead {
     int64_t ingest_ms = 0;
 };
 
+/// The bytes of a frame head peek_frame_head() needs: enough for either layout.
+inline constexpr uint64_t frame_head_peek_bytes = frame_header_bytes + body_prefix_bytes;
+
 /// The head of the frame at the start of `bytes` if its length is within bounds, its type known
 /// and its topic fits its body: the cheap filter applied at every byte when a scan searches for
-/// the next frame after damage, before it pays for a CRC. nullopt when it fails or `bytes` is
-/// shorter than a head.
-std::optional<FrameHead> peek_frame_head(std::string_view bytes);
+/// the next frame after damage, before it pays for a CRC. In a compact context both layouts are
+/// tried (an anchor is a full frame). nullopt when it fails or `bytes` is shorter than a head.
+std::optional<FrameHead> peek_frame_head(std::string_view bytes, const FrameContext& context);
 
-/// Decodes the frame at the start of `bytes`. On ok, fills out's type, ingest_ms, topic, payload
-/// and reason (views into `bytes`; offsets are the caller's). frame_bytes_out is set whenever the
-/// length field could be read (every status but a short header).
+/// Decodes the frame at the start of `bytes` in `context` (full frames only until an anchor was
+/// applied to it). On ok, fills out's type, ingest_ms, topic, payload and reason (views into
+/// `bytes`, or into the context's dictionary for a message_ref; offsets are the caller's) and
+/// info. frame_bytes_out is set whenever the length field could be read (every status but a
+/// short header). The context is not changed: apply_frame() does that.
+FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, Record& out,
+                         uint64_t& frame_bytes_out, FrameInfo& info);
+/// decode_frame() in the context of a segment's start (full frames), for callers without one.
 FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out);
+
+/// What a frame that decoded ok teaches the context: an anchor makes it compact with its base;
+/// a message_def defines its topic id.
+void apply_frame(FrameContext& context, const Record& record, const FrameInfo& info);
+
+/// For the writer (and tests): n little-endian bytes of v; v as a varint (returns its bytes,
+/// at most 10).
+void store_le(char* p, uint64_t v, int n);
+size_t put_varint(char* p, uint64_t v);
 
 }  // namespace tidemark::log

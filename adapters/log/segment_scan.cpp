@@ -46,35 +46,41 @@ Result<std::string_view> SegmentWindow::view(uint64_t pos, uint64_t n) {
     return std::string_view(buffer_.data() + (pos - buffer_pos_), n);
 }
 
-Result<FrameStatus> SegmentWindow::decode_at(uint64_t pos, Record& out, uint64_t& frame_bytes_out) {
+Result<FrameStatus> SegmentWindow::decode_at(uint64_t pos, const FrameContext& context, Record& out,
+                                             uint64_t& frame_bytes_out, FrameInfo& info) {
     auto bytes = view(pos, frame_header_bytes);
     if (!bytes) return std::unexpected(bytes.error());
-    FrameStatus status = decode_frame(*bytes, out, frame_bytes_out);
+    FrameStatus status = decode_frame(*bytes, context, out, frame_bytes_out, info);
     if (status == FrameStatus::incomplete && frame_bytes_out > bytes->size()) {
         bytes = view(pos, frame_bytes_out);
         if (!bytes) return std::unexpected(bytes.error());
-        status = decode_frame(*bytes, out, frame_bytes_out);
+        status = decode_frame(*bytes, context, out, frame_bytes_out, info);
     }
     return status;
 }
 
 Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t damaged_at,
                                                 std::optional<uint64_t> after_damaged_frame,
-                                                int64_t ingest_ms_min) {
+                                                int64_t ingest_ms_min,
+                                                const FrameContext& context) {
+    auto decodes = [](FrameStatus status) {
+        return status == FrameStatus::ok || status == FrameStatus::unknown_topic;
+    };
     // A frame whose time runs back is a payload's bytes, whatever its CRC says.
     auto is_frame = [&](uint64_t pos) -> Result<bool> {
         const uint64_t end = window.file_bytes();
-        auto head_bytes = window.view(pos, frame_header_bytes + body_prefix_bytes);
+        auto head_bytes = window.view(pos, frame_head_peek_bytes);
         if (!head_bytes) return std::unexpected(head_bytes.error());
-        std::optional<FrameHead> head = peek_frame_head(*head_bytes);
+        std::optional<FrameHead> head = peek_frame_head(*head_bytes, context);
         if (!head || head->frame_bytes > end - pos || head->ingest_ms < ingest_ms_min) {
             return false;
         }
         Record rec;
         uint64_t frame = 0;
-        auto status = window.decode_at(pos, rec, frame);
+        FrameInfo info;
+        auto status = window.decode_at(pos, context, rec, frame, info);
         if (!status) return std::unexpected(status.error());
-        return *status == FrameStatus::ok;
+        return decodes(*status);
     };
     std::optional<uint64_t> hint;
     if (after_damaged_frame && *after_damaged_frame > damaged_at &&
@@ -89,14 +95,16 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
         while (pos < to) {
             Record rec;
             uint64_t frame = 0;
-            auto status = window.decode_at(pos, rec, frame);
+            FrameInfo info;
+            auto status = window.decode_at(pos, context, rec, frame, info);
             if (!status) return std::unexpected(status.error());
-            if (*status != FrameStatus::ok) return false;
+            if (!decodes(*status)) return false;
             pos += frame;
         }
         return true;
     };
-    const uint64_t frame_bytes_min = frame_header_bytes + body_prefix_bytes;
+    const uint64_t frame_bytes_min =
+        context.compact ? compact_frame_bytes_min : frame_header_bytes + body_prefix_bytes;
     for (uint64_t pos = damaged_at + 1; pos + frame_bytes_min <= window.file_bytes(); ++pos) {
         if (hint && pos == *hint) return hint;
         auto found = is_frame(pos);
@@ -112,6 +120,46 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
     }
     if (hint) return hint;
     return std::nullopt;
+}
+
+Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t first_offset, uint64_t upto,
+                                FrameContext& context) {
+    ScanResult scan;
+    context.clear();
+    uint64_t pos = 0;
+    while (pos < upto && pos < window.file_bytes()) {
+        Record rec;
+        uint64_t frame = 0;
+        FrameInfo info;
+        auto status = window.decode_at(pos, context, rec, frame, info);
+        if (!status) return std::unexpected(status.error());
+        if (*status == FrameStatus::ok || *status == FrameStatus::unknown_topic) {
+            if (*status == FrameStatus::ok) apply_frame(context, rec, info);
+            if (!info.anchor) {
+                if (scan.records == 0) scan.first_ingest_ms = rec.ingest_ms;
+                ++scan.records;
+            }
+            scan.last_ingest_ms = rec.ingest_ms;
+            pos += frame;
+            continue;
+        }
+        if (*status == FrameStatus::bad_type) {
+            return fail("log segment " + window.path() + ": the record at offset " +
+                        std::to_string(first_offset + pos) +
+                        " has an unknown type; it was written by a newer tidemark. Upgrade, or "
+                        "move the log directory away to start a new log.");
+        }
+        std::optional<uint64_t> hint;
+        if (*status == FrameStatus::bad_crc) hint = pos + frame;
+        auto next = find_next_frame(window, pos, hint, scan.last_ingest_ms, context);
+        if (!next) return std::unexpected(next.error());
+        if (!*next) break;  // a torn tail: nothing valid follows
+        ++scan.damaged_regions;
+        scan.damaged_bytes += **next - pos;
+        pos = **next;
+    }
+    scan.good_bytes = pos;
+    return scan;
 }
 
 }  // namespace tidemark::log

@@ -30,7 +30,13 @@ class SegmentWindow {
     /// Valid until the next call.
     Result<std::string_view> view(uint64_t pos, uint64_t n);
     /// Decodes the frame at pos (see decode_frame), reading as much of the file as it needs.
-    Result<FrameStatus> decode_at(uint64_t pos, Record& out, uint64_t& frame_bytes_out);
+    Result<FrameStatus> decode_at(uint64_t pos, const FrameContext& context, Record& out,
+                                  uint64_t& frame_bytes_out, FrameInfo& info);
+    Result<FrameStatus> decode_at(uint64_t pos, Record& out, uint64_t& frame_bytes_out) {
+        static const FrameContext start;
+        FrameInfo info;
+        return decode_at(pos, start, out, frame_bytes_out, info);
+    }
     /// The limit given, or less once a read found the file shorter.
     uint64_t file_bytes() const { return file_bytes_; }
     const std::string& path() const { return path_; }
@@ -46,7 +52,8 @@ class SegmentWindow {
 };
 
 /// Where frames resume after damage at file position damaged_at: the first position after it
-/// where a frame starts that decodes ok, ends within window.file_bytes(), and whose ingest time
+/// where a frame starts that decodes ok in `context` (a compact frame whose topic id is not
+/// defined counts: its bytes are a frame), ends within window.file_bytes(), and whose ingest time
 /// is at least ingest_ms_min (the log's ingest time never decreases, so an older "frame" is a
 /// payload's bytes, not a record). `after_damaged_frame` is where the damaged frame's own
 /// length field says the next frame starts (given after a CRC mismatch, when the damage may be
@@ -61,6 +68,26 @@ class SegmentWindow {
 /// can be taken for records when the damage lands just before it.
 Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t damaged_at,
                                                 std::optional<uint64_t> after_damaged_frame,
-                                                int64_t ingest_ms_min);
+                                                int64_t ingest_ms_min, const FrameContext& context);
+
+/// What a walk over a segment's frames found.
+struct ScanResult {
+    uint64_t good_bytes = 0;  // where the walk stopped: the end of the last valid frame (or upto)
+    uint64_t records = 0;     // anchors are not records
+    int64_t first_ingest_ms = ingest_ms_unknown;
+    int64_t last_ingest_ms = ingest_ms_unknown;
+    uint64_t damaged_regions = 0;  // invalid bytes with valid frames after them: left in place
+    uint64_t damaged_bytes = 0;
+};
+
+/// Walks the frames of a segment from its start up to file position `upto` (or its end),
+/// applying each to `context` (which starts clear): what the writer's open() scans, and what a
+/// reader that seeks into the middle of a segment reads first for the segment's topic
+/// dictionary. At an invalid or incomplete frame it searches for a valid frame further on
+/// (find_next_frame): if one follows, the bytes in between are damage in the middle, counted
+/// and skipped; if none follows, the walk ends there (a torn tail, for the writer). A valid
+/// frame of an unknown type is an error naming the segment: a newer version wrote it.
+Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t first_offset, uint64_t upto,
+                                FrameContext& context);
 
 }  // namespace tidemark::log

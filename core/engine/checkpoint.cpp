@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,11 +90,11 @@ Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view 
         const char sub = rest[0];
         rest.remove_prefix(1);
         if (sub == 'm') return read_key_meta(*k, value);
-        if (sub == 'u') {
+        if (sub == 'w' || sub == 'u') {
             int64_t key_start;
             if (!bytes::get_i64_sortable(rest, key_start) || !rest.empty())
                 return fail("damaged window key of '" + k->key + "'");
-            return read_unit(*k, value, key_start);
+            return read_unit(*k, value, key_start, sub == 'u');
         }
         return fail("unknown key record type");
     }
@@ -157,6 +158,16 @@ Result<void> PipelineRun::restore_finish() {
     // and erasures. (Writing everything again instead would record no erasures until then,
     // and a second crash would bring back windows already purged or merged.)
     tracking_ = true;
+    // Windows read from the old encoding: their records are replaced by the next checkpoint.
+    if (!legacy_units_.empty()) {
+        erased_.insert(erased_.end(), std::make_move_iterator(legacy_units_.begin()),
+                       std::make_move_iterator(legacy_units_.end()));
+        legacy_units_.clear();
+        for (KeyState* k : keys)
+            if (std::any_of(k->units.begin(), k->units.end(),
+                            [](const Unit& u) { return u.dirty; }))
+                mark_dirty(*k);
+    }
     // A store written before partitions were forgotten may hold idle ones without keys.
     std::vector<Partition*> unused;
     for (Partition* p : partition_list_)

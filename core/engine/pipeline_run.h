@@ -161,10 +161,13 @@ class PipelineRun {
     // --- state encoding (state_codec.cpp) ----------------------------------------------------
     std::string partition_key(std::string_view name) const;
     std::string meta_key(std::string_view key) const;
-    std::string unit_key(std::string_view key, int64_t start) const;
+    std::string unit_key(std::string_view key, int64_t start, char type = 'w') const;
     void write_key(StateWriter& w, KeyState& k, bool all, std::string& value);
+    void put_unit(const Unit& u, std::string& out) const;
     Result<void> read_key_meta(KeyState& k, std::string_view in);
-    Result<void> read_unit(KeyState& k, std::string_view in, int64_t key_start);
+    Result<void> read_unit(KeyState& k, std::string_view in, int64_t key_start, bool legacy);
+    bool read_compact_unit(Unit& u, std::string_view in);
+    bool read_legacy_unit(Unit& u, std::string_view in);
     Result<void> check_units(const KeyState& k) const;
     void write_partition(StateWriter& w, const Partition& p, std::string& value);
     Result<void> read_partition(std::string_view name, std::string_view in);
@@ -221,6 +224,9 @@ class PipelineRun {
     std::vector<std::string> dirty_keys_;
     std::vector<Partition*> dirty_partitions_;
     std::vector<std::string> erased_;
+    // Records of the old window encoding read by the restore: the first checkpoint erases
+    // them (and writes their windows in the new one). Bounded by the restored windows.
+    std::vector<std::string> legacy_units_;
     bool meta_seen_ = false;
     uint64_t fingerprint_seen_ = 0;
     int scope_seen_ = -1;          // -1: a meta record written before the scope was stored
@@ -235,6 +241,7 @@ class PipelineRun {
     AggregateState fresh_;
     AggregateState scratch_;
     Values values_;
+    Values previous_values_;  // a fired session's results before a late event changed it
     std::string composite_;
     Emission emission_;
     std::vector<KeyState*> due_keys_;  // fire_due_slow's batch; bounded by keys_max

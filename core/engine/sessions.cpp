@@ -14,7 +14,6 @@ void PipelineRun::session_due_reached(KeyState& k, int64_t due, Domain& d, Emiss
              d.idle ? ClosedBy::idle : ClosedBy::watermark, values_, d.watermark);
         u.fired = true;
         u.revision = 0;
-        if (retract_) u.values = values_;
         u.dirty = true;
     }
     size_t kept = 0;
@@ -110,7 +109,6 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
             aggs_.results(u.state, values_);
             emit(sink, *k, start, end, EmissionKind::final_result, 0, ClosedBy::late, values_, wm);
             u.fired = true;
-            if (retract_) u.values = values_;
             ++stats_.late_updated;
         }
         reschedule(*k);
@@ -119,6 +117,8 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
     // The same window as before: update it in place.
     if (last == first + 1 && units[first].start == start && units[first].end == end) {
         Unit& u = units[first];
+        // What the consumer holds of a fired session: its results before this event.
+        if (u.fired && retract_) aggs_.results(u.state, previous_values_);
         u.last_ms = last_ms;
         aggs_.add(u.state, event.fields.data(), t, event.order);
         u.dirty = true;
@@ -126,11 +126,10 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
             aggs_.results(u.state, values_);
             if (retract_)
                 emit(sink, *k, u.start, u.end, EmissionKind::retract, u.revision, ClosedBy::late,
-                     u.values, wm);
+                     previous_values_, wm);
             ++u.revision;
             emit(sink, *k, u.start, u.end, EmissionKind::update, u.revision, ClosedBy::late,
                  values_, wm);
-            if (retract_) u.values = values_;
             ++stats_.late_updated;
         }
         return;
@@ -166,12 +165,12 @@ void PipelineRun::session_merge(KeyState& k, SessionSpan span, int64_t start, in
         aggs_.results(merged.state, values_);
         emit(sink, k, start, end, EmissionKind::final_result, 0, ClosedBy::late, values_, wm);
         merged.fired = true;
-        if (retract_) merged.values = values_;
         ++stats_.late_updated;
     }
     units_total_ -= (last - first);
     units.erase(units.begin() + static_cast<std::ptrdiff_t>(first),
                 units.begin() + static_cast<std::ptrdiff_t>(last));
+    reserve_one_more(units);
     auto pos = std::lower_bound(units.begin(), units.end(), start,
                                 [](const Unit& u, int64_t s) { return u.start < s; });
     units.insert(pos, std::move(merged));

@@ -91,7 +91,9 @@ TM_HOT void PipelineRun::slice_event(KeyState* k, std::string_view key, Partitio
             u.start = s;
             u.end = s + slice_ms_;
             u.state = fresh_;
-            unit = &*k->units.insert(it, std::move(u));
+            const auto at = it - k->units.begin();
+            reserve_one_more(k->units);
+            unit = &*k->units.insert(k->units.begin() + at, std::move(u));
             ++units_total_;
             created = true;
         }

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -72,11 +74,13 @@ std::string PipelineRun::meta_key(std::string_view key) const {
     out.push_back('m');
     return out;
 }
-std::string PipelineRun::unit_key(std::string_view key, int64_t start) const {
+// A window's record: 'w' (store format 5) in the compact encoding, 'u' (formats up to 4) in
+// the fixed one, read and then rewritten as 'w' (see read_unit).
+std::string PipelineRun::unit_key(std::string_view key, int64_t start, char type) const {
     std::string out = prefix_;
     out.push_back('K');
     bytes::put_str(out, key);
-    out.push_back('u');
+    out.push_back(type);
     bytes::put_i64_sortable(out, start);
     return out;
 }
@@ -99,17 +103,25 @@ void PipelineRun::write_key(StateWriter& w, KeyState& k, bool all, std::string& 
     for (Unit& u : k.units) {
         if (!all && !u.dirty) continue;
         value.clear();
-        bytes::put_i64(value, u.start);
-        bytes::put_i64(value, u.end);
-        value.push_back(u.fired ? 1 : 0);
-        bytes::put_u32(value, u.revision);
-        put_values(value, u.values);
-        aggs_.encode(u.state, value);
-        if (session_) bytes::put_i64(value, u.last_ms);  // absent before format 3
+        put_unit(u, value);
         w.put(unit_key(k.key, u.start), value);
         u.dirty = false;
     }
     k.dirty = false;
+}
+
+// The compact record of a window (format 5), about 25 bytes for count + mean + max where the
+// fixed one took 65: the start is in the record's key, the rest is relative to it; a fired
+// session's values are not kept (in retract mode they are results(state), see Unit).
+//   varint end - start (> 0), byte flags (1: fired), varint revision,
+//   sessions: varint last_ms - start (< end - start), then the state (AggregateSet::encode).
+void PipelineRun::put_unit(const Unit& u, std::string& out) const {
+    bytes::put_varint(out, static_cast<uint64_t>(u.end) - static_cast<uint64_t>(u.start));
+    out.push_back(u.fired ? 1 : 0);
+    bytes::put_varint(out, u.revision);
+    if (session_)
+        bytes::put_varint(out, static_cast<uint64_t>(u.last_ms) - static_cast<uint64_t>(u.start));
+    aggs_.encode(u.state, out, AggregateSet::StateEncoding::compact);
 }
 
 Result<void> PipelineRun::read_key_meta(KeyState& k, std::string_view in) {
@@ -132,33 +144,72 @@ Result<void> PipelineRun::read_key_meta(KeyState& k, std::string_view in) {
     return {};
 }
 
-Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in, int64_t key_start) {
+Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in, int64_t key_start,
+                                    bool legacy) {
     Unit u;
-    if (!bytes::get_i64(in, u.start) || !bytes::get_i64(in, u.end) || in.empty())
+    u.start = key_start;
+    if (legacy ? !read_legacy_unit(u, in) : !read_compact_unit(u, in))
         return fail("damaged window of '" + k.key + "'");
-    // The start is in the record's key too: a window whose value says otherwise would be
-    // erased under a key that is not stored, and the record left behind. Whether the window
-    // fits this definition's grid is checked in restore_finish(), after the definition itself.
-    int64_t span = 0;
-    if (u.start != key_start || u.end <= u.start || __builtin_sub_overflow(u.end, u.start, &span))
+    // A window stored twice (under both record types) is damage, not two windows.
+    auto pos = std::lower_bound(k.units.begin(), k.units.end(), u.start,
+                                [](const Unit& a, int64_t s) { return a.start < s; });
+    if (pos != k.units.end() && pos->start == u.start)
         return fail("damaged window bounds of '" + k.key + "'");
+    // Whether the window fits this definition's grid is checked in restore_finish(), after the
+    // definition itself. A record of the old encoding is written again in the new one by the
+    // first checkpoint, which erases the old record: the store is upgraded as it is used.
+    u.dirty = legacy;
+    if (legacy) legacy_units_.push_back(unit_key(k.key, u.start, 'u'));
+    const auto at = pos - k.units.begin();
+    reserve_one_more(k.units);
+    k.units.insert(k.units.begin() + at, std::move(u));
+    return {};
+}
+
+bool PipelineRun::read_compact_unit(Unit& u, std::string_view in) {
+    uint64_t span, revision, fired;
+    if (!bytes::get_varint(in, span) || span == 0 || in.empty()) return false;
+    // The end fits in int64: span <= time_max - start, computed without overflow.
+    if (span > static_cast<uint64_t>(time_max) - static_cast<uint64_t>(u.start)) return false;
+    u.end = static_cast<int64_t>(static_cast<uint64_t>(u.start) + span);
+    fired = static_cast<unsigned char>(in[0]);
+    in.remove_prefix(1);
+    if (fired > 1 || !bytes::get_varint(in, revision) ||
+        revision > std::numeric_limits<uint32_t>::max())
+        return false;
+    u.fired = fired != 0;
+    u.revision = static_cast<uint32_t>(revision);
+    if (session_) {
+        uint64_t last;
+        if (!bytes::get_varint(in, last) || last >= span) return false;
+        u.last_ms = static_cast<int64_t>(static_cast<uint64_t>(u.start) + last);
+    }
+    return aggs_.decode(in, u.state, AggregateSet::StateEncoding::compact) && in.empty();
+}
+
+// Store formats up to 4: start and end (i64), fired (byte), revision (u32), a fired session's
+// values in retract mode (which are results(state), so they are read past), the state in the
+// fixed encoding, and for sessions since format 3 the latest event time (i64).
+bool PipelineRun::read_legacy_unit(Unit& u, std::string_view in) {
+    int64_t start;
+    // The start is in the record's key too: a window whose value says otherwise would be
+    // erased under a key that is not stored, and the record left behind.
+    int64_t span = 0;
+    if (!bytes::get_i64(in, start) || !bytes::get_i64(in, u.end) || in.empty() ||
+        start != u.start || u.end <= u.start || __builtin_sub_overflow(u.end, u.start, &span))
+        return false;
     u.fired = in[0] != 0;
     in.remove_prefix(1);
-    if (!bytes::get_u32(in, u.revision) || !get_values(in, u.values) || !aggs_.decode(in, u.state))
-        return fail("damaged window state of '" + k.key + "'");
+    if (!bytes::get_u32(in, u.revision) || !get_values(in, values_) ||
+        !aggs_.decode(in, u.state, AggregateSet::StateEncoding::fixed))
+        return false;
     if (session_) {
         // Written before sessions kept their latest event: the latest it can have been.
         u.last_ms = std::max(u.start, u.end - spec_.window.gap_ms);
-        if (!in.empty() && !bytes::get_i64(in, u.last_ms))
-            return fail("damaged session of '" + k.key + "'");
-        if (u.last_ms < u.start || u.last_ms >= u.end)
-            return fail("damaged session bounds of '" + k.key + "'");
+        if (!in.empty() && !bytes::get_i64(in, u.last_ms)) return false;
+        if (u.last_ms < u.start || u.last_ms >= u.end) return false;
     }
-    u.dirty = false;
-    auto pos = std::lower_bound(k.units.begin(), k.units.end(), u.start,
-                                [](const Unit& a, int64_t s) { return a.start < s; });
-    k.units.insert(pos, std::move(u));
-    return {};
+    return true;
 }
 
 void PipelineRun::write_partition(StateWriter& w, const Partition& p, std::string& value) {

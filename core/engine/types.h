@@ -34,21 +34,30 @@ struct KeyState;
 struct Partition;
 
 // One unit of window state: a slice (tumbling, hopping) or a session.
-// Aligned so that what an event touches (bounds, dirty, the in-place aggregate values) is one
-// cache line.
-struct alignas(64) Unit {
+// The engine keeps one per open window, so its size is the state's size per window (issue 16:
+// 80 bytes, not the 128 of a cache-line-aligned unit with its own vector of values). What an
+// event touches (bounds, dirty, the aggregate values in place) is the first 64 bytes.
+struct Unit {
     int64_t start = 0;
     int64_t end = 0;
-    // Sessions only: the latest event time in the session. A session always ends after it and
-    // spans less than max_duration from its start (see session_event).
-    int64_t last_ms = 0;
     bool dirty = true;
-    // Sessions only: whether the session fired, its last revision and (retract mode) values.
+    // Sessions only: whether the session fired, and its last revision. A fired session's
+    // state changes only with a re-emission, so a retract cancels results(state) as it was
+    // before the event that changed it: no copy of the values is kept.
     bool fired = false;
     uint32_t revision = 0;
     AggregateState state;
-    Values values;
+    // Sessions only: the latest event time in the session. A session always ends after it and
+    // spans less than max_duration from its start (see session_event).
+    int64_t last_ms = 0;
 };
+
+// Units are inserted one window at a time: grow the vector by half, not double, so that a
+// key's windows carry a quarter of slack on average rather than half. Per window, not per
+// event; a key keeps its capacity once it reached its steady number of windows.
+inline void reserve_one_more(std::vector<Unit>& units) {
+    if (units.size() == units.capacity()) units.reserve(units.size() + units.size() / 2 + 1);
+}
 
 // A tumbling/hopping window that fired and is kept until its lateness horizon.
 struct Fired {

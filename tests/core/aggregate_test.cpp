@@ -250,19 +250,47 @@ TEST_CASE("states encode and decode to an equal state", "[aggregate]") {
     CHECK_FALSE(coarser.decode(in, other));
 }
 
+TEST_CASE("states copy and move between values in place and on the heap", "[aggregate]") {
+    const AggregateSet small({spec("n", AggregateFn::count, -1), spec("m", AggregateFn::mean, 0)},
+                             QuantileOptions{});
+    const AggregateSet large = every_fn();
+    AggregateState a = small.make();
+    AggregateState b = large.make();
+    const double v = 2.5;
+    small.add(a, &v, 1, 1);
+    large.add(b, &v, 1, 1);
+    const AggregateState a0 = a, b0 = b;
+    AggregateState c = a;  // in place -> heap -> in place
+    c = b;
+    CHECK(c == b0);
+    c = a;
+    CHECK(c == a0);
+    AggregateState d = std::move(b);
+    CHECK(d == b0);
+    d = std::move(a);
+    CHECK(d == a0);
+    std::vector<std::optional<double>> out;
+    small.results(d, out);
+    CHECK(out == std::vector<std::optional<double>>{1.0, 2.5});
+}
+
 TEST_CASE("memory estimates", "[aggregate]") {
     const AggregateSet set = every_fn();
     AggregateState state = set.make();
     CHECK(set.bytes(state) == set.bytes_per_window());
     // 19 doubles: count 1 + count 1 + sum, min, max 1 each + mean 2 + first, last, variance,
-    // stddev 3 each; the quantile keeps its sketch.
-    CHECK(set.bytes_per_window() ==
-          sizeof(AggregateState) + 19 * sizeof(double) + sizeof(QuantileSketch));
+    // stddev 3 each; the quantile keeps its sketch, in a list of its own.
+    CHECK(set.bytes_per_window() == sizeof(AggregateState) + 19 * sizeof(double) +
+                                        sizeof(QuantileSketch) +
+                                        sizeof(std::vector<QuantileSketch>));
     for (int i = 1; i <= 100; ++i) {
         const double v = i * 10.0;
         set.add(state, &v, i, static_cast<uint64_t>(i));
     }
     CHECK(set.bytes(state) > set.bytes_per_window());
+    // The engine keeps one state per open window (issue 16): the doubles of count + mean + max
+    // in place, no vector of sketches for a pipeline without quantiles.
+    CHECK(sizeof(AggregateState) <= 48);
     const AggregateSet counts({spec("n", AggregateFn::count, -1)}, QuantileOptions{});
     // A few values are held in the state itself: nothing on the heap.
     CHECK(counts.bytes_per_window() == sizeof(AggregateState));

@@ -4,3 +4,5 @@ tm_test(core_engine_property_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_pro
         LIBS tidemark_core LABELS fast TIMEOUT 300)
 tm_test(core_engine_lifecycle_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_lifecycle_test.cpp
         LIBS tidemark_core LABELS fast)
+tm_test(core_state_codec_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/state_codec_test.cpp
+        LIBS tidemark_core LABELS fast)

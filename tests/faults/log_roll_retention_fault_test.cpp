@@ -108,10 +108,11 @@ TEST_CASE("a failed segment roll (create or directory sync) is an error; the ret
         writer = open_writer(options_for(tmp.path(), segment_bytes));
         CHECK(writer->end_offset() == end_before);
     }
-    // The fault is over: the same record goes in, at the offset the failed ones did not take.
+    // The fault is over: the same record goes in, at the offset the failed ones did not take
+    // (in the new segment, after its anchor).
     Owned rolled = append(*writer, RecordType::message, n, "t", payload_of(n));
     ++n;
-    CHECK(rolled.offset == end_before);
+    CHECK(rolled.offset == end_before + anchor_frame_bytes);
     acknowledged.push_back(rolled);
     for (int i = 0; i < 20; ++i, ++n)
         acknowledged.push_back(append(*writer, RecordType::message, n, "t", payload_of(n)));
@@ -158,7 +159,7 @@ TEST_CASE("a failed unlink in retention is an error; the files stay counted and 
     CHECK(writer->total_bytes() == bytes_on_disk(tmp.path()));
     const auto retained = read_all(tmp.path());
     REQUIRE_FALSE(retained.empty());
-    CHECK(retained.front().offset == left.front().first);
+    CHECK(retained.front().offset == left.front().first + anchor_frame_bytes);  // its anchor
     CHECK(retained.back() == acknowledged.back());
 
     // The fault is over: the next retention removes what the failed one could not.
@@ -173,5 +174,5 @@ TEST_CASE("a failed unlink in retention is an error; the files stay counted and 
     const auto after = read_all(tmp.path());
     REQUIRE_FALSE(after.empty());
     CHECK(after.back() == acknowledged.back());
-    CHECK(after.front().offset == writer->first_offset());
+    CHECK(after.front().offset == writer->first_offset() + anchor_frame_bytes);
 }

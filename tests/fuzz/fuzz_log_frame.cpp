@@ -1,6 +1,8 @@
-// Any bytes as a log frame: decoding never reads outside them, a frame that decodes ok lies
-// inside them with its topic and payload, and the cheap filter used while searching past damage
-// never rejects a frame that decodes ok.
+// Any bytes as a log frame, in the context of a segment's start (full frames) and of a compact
+// segment (record.h; the first input byte chooses): decoding never reads outside them, a frame
+// that decodes ok lies inside them with its topic and payload (a compact message's topic may
+// come from the dictionary), and the cheap filter used while searching past damage never rejects
+// a frame that decodes ok.
 #include <cstdint>
 #include <string_view>
 
@@ -10,33 +12,46 @@
 using namespace tidemark;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+    if (size == 0) return 0;
+    log::FrameContext context;
+    if ((data[0] & 1) != 0) {
+        context.compact = true;
+        context.base_ms = (data[0] & 2) != 0 ? 1'764'400'000'000 : -5;
+        context.topics = {std::string("sensors/a/telemetry"), std::nullopt, std::string()};
+    }
+    const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
     log::Record record;
     uint64_t frame_bytes = 0;
-    const log::FrameStatus status = log::decode_frame(bytes, record, frame_bytes);
-    const auto head = log::peek_frame_head(bytes);
-    if (status == log::FrameStatus::ok) {
+    log::FrameInfo info;
+    const log::FrameStatus status = log::decode_frame(bytes, context, record, frame_bytes, info);
+    const auto head = log::peek_frame_head(bytes, context);
+    if (status == log::FrameStatus::ok || status == log::FrameStatus::unknown_topic) {
         TM_FUZZ_CHECK(frame_bytes <= bytes.size());
-        TM_FUZZ_CHECK(frame_bytes >= log::frame_header_bytes + log::body_prefix_bytes);
-        // A malformed record's topic field holds its reason, then a separator and the topic
-        // (or only a reason, without the separator).
-        const uint64_t topic_field =
-            frame_bytes - log::frame_header_bytes - log::body_prefix_bytes - record.payload.size();
-        const uint64_t carried = record.reason.size() + record.topic.size();
-        if (record.type == log::RecordType::malformed)
-            TM_FUZZ_CHECK(topic_field == carried || topic_field == carried + 1);
-        else
-            TM_FUZZ_CHECK(record.reason.empty() && topic_field == record.topic.size());
-        TM_FUZZ_CHECK(topic_field <= log::topic_bytes_max);
-        // Views inside the frame; an empty one may point anywhere (or nowhere).
+        TM_FUZZ_CHECK(frame_bytes >= (context.compact
+                                          ? log::compact_frame_bytes_min - 1
+                                          : log::frame_header_bytes + log::body_prefix_bytes));
+        TM_FUZZ_CHECK(record.topic.size() <= log::topic_bytes_max);
+        if (record.type != log::RecordType::malformed) TM_FUZZ_CHECK(record.reason.empty());
+        // Views inside the frame or the dictionary; an empty one may point anywhere.
         const auto inside = [&](std::string_view v) {
-            return v.empty() ||
-                   (v.data() >= bytes.data() && v.data() + v.size() <= bytes.data() + frame_bytes);
+            if (v.empty()) return true;
+            if (v.data() >= bytes.data() && v.data() + v.size() <= bytes.data() + frame_bytes)
+                return true;
+            for (const auto& topic : context.topics)
+                if (topic && v.data() == topic->data() && v.size() == topic->size()) return true;
+            return false;
         };
         TM_FUZZ_CHECK(inside(record.topic) && inside(record.payload) && inside(record.reason));
+        TM_FUZZ_CHECK(!info.anchor || (record.topic.empty() && record.payload.empty()));
         TM_FUZZ_CHECK(head.has_value());
         TM_FUZZ_CHECK(head->frame_bytes == frame_bytes);
         TM_FUZZ_CHECK(head->ingest_ms == record.ingest_ms);
+        // What a frame teaches the context stays within the dictionary's bounds.
+        if (status == log::FrameStatus::ok) {
+            log::apply_frame(context, record, info);
+            TM_FUZZ_CHECK(context.topics.size() <= log::topic_ids_max);
+            TM_FUZZ_CHECK(context.topic_bytes <= log::topic_dictionary_bytes_max);
+        }
     }
     if (status == log::FrameStatus::bad_length) TM_FUZZ_CHECK(!head.has_value());
     return 0;

@@ -105,14 +105,14 @@ TEST_CASE("a stored definition reads back as the same version", "[config]") {
 }
 
 TEST_CASE("the map budget counts a second version of the largest pipeline", "[config]") {
-    // 1,000,000 windows of one count (136 MB): half of a 320MiB map holds one version, and
+    // 1,000,000 windows of one count (112 MB): half of a 256MiB map holds one version, and
     // three quarters of it not two.
     const std::string json = replace(
         replace(minimal, R"("pipelines")", R"("storage": {"map_size": "MAP"}, "pipelines")"),
         R"("aggregates")", R"("limits": {"max_open_windows": 1000000}, "aggregates")");
     CHECK(load(replace(json, "MAP", "1GiB")).pipelines.size() == 1);
     const config::ConfigError e = [&] {
-        auto r = config::parse_config(replace(json, "MAP", "320MiB"), "/");
+        auto r = config::parse_config(replace(json, "MAP", "256MiB"), "/");
         REQUIRE_FALSE(r.has_value());
         REQUIRE(r.error().size() == 1);
         return r.error()[0];

@@ -151,7 +151,7 @@ TEST_CASE("EIO or ENOSPC on fdatasync poisons the writer and cuts what the disk 
         for (int err : {EIO, ENOSPC}) {
             INFO("via " << static_cast<int>(via) << ", " << std::strerror(err));
             TempDir tmp;
-            LogOptions options = options_for(tmp.path(), via == Via::rollover ? 600 : 64 << 20);
+            LogOptions options = options_for(tmp.path(), via == Via::rollover ? 700 : 64 << 20);
             if (via == Via::always) options.fsync = FsyncPolicy::always;
             if (via == Via::rollover) options.fsync = FsyncPolicy::never;
             auto writer = open_writer(options);
@@ -177,7 +177,7 @@ TEST_CASE("EIO or ENOSPC on fdatasync poisons the writer and cuts what the disk 
                     message = writer->maybe_sync(1'000'000).error().message;
                     break;
                 case Via::always:
-                case Via::rollover:  // the 7th 100-byte record does not fit in 600 bytes
+                case Via::rollover:  // the 7th 88-byte frame does not fit in 700 bytes
                     message = writer->append(RecordType::message, 6, "t", payload_of(6, 80))
                                   .error()
                                   .message;

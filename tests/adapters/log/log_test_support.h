@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,30 @@ inline std::vector<Owned> read_all(const std::string& dir, uint64_t from = UINT6
         out.push_back(own(rec));
     }
     return out;
+}
+
+// Every record from `from`, read as the service reads: bounded by the writer's end.
+inline std::vector<Owned> read_bounded(const std::string& dir, uint64_t from, uint64_t end,
+                                       ReaderStats* stats = nullptr) {
+    auto reader = LogReader::open(dir).value();
+    REQUIRE(reader->seek(from).has_value());
+    std::vector<Owned> out;
+    Record rec;
+    while (true) {
+        auto more = reader->next(rec, end);
+        INFO((more ? std::string() : more.error().message));
+        REQUIRE(more.has_value());
+        if (!*more) break;
+        out.push_back(own(rec));
+    }
+    REQUIRE(reader->position() == end);
+    if (stats != nullptr) *stats = reader->stats();
+    return out;
+}
+
+inline std::string file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 inline LogOptions options_for(const std::string& dir, uint64_t segment_bytes = 64 << 20) {

@@ -1,0 +1,92 @@
+// The writer's side of a segment's topic dictionary (record.h): which id each topic has, and
+// whether its definition was written since the last anchor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "adapters/log/record.h"
+
+namespace tidemark::log {
+
+/// Limits: at most topic_ids_max topics and topic_dictionary_bytes_max topic bytes (the writer
+/// starts a new segment before either is passed), about 60 bytes of overhead per topic.
+class TopicDictionary {
+  public:
+    struct Use {
+        uint32_t id = 0;
+        bool define = false;  // the frame must carry the topic (new, or first use since an anchor)
+    };
+
+    /// Whether the active segment has an anchor (its frames after it are compact).
+    bool compact() const { return compact_; }
+    int64_t base_ms() const { return base_ms_; }
+    bool anchor_due() const { return since_anchor_ >= anchor_interval_bytes; }
+    bool knows(std::string_view topic) const { return ids_.find(topic) != ids_.end(); }
+    /// Whether a new topic would take the dictionary past its limits.
+    bool full_for(std::string_view topic) const {
+        return ids_.size() >= topic_ids_max || bytes_ + topic.size() > topic_dictionary_bytes_max;
+    }
+
+    /// How the next message on `topic` is written. used() records it once written.
+    Use use(std::string_view topic) const {
+        auto it = ids_.find(topic);
+        if (it == ids_.end()) return Use{next_id_, true};
+        return Use{it->second.id, it->second.epoch != epoch_};
+    }
+    void used(std::string_view topic, Use use) {
+        auto it = ids_.find(topic);
+        if (it == ids_.end()) {
+            ids_.emplace(std::string(topic), Entry{use.id, epoch_});
+            bytes_ += topic.size();
+            ++next_id_;
+        } else {
+            it->second.epoch = epoch_;
+        }
+    }
+    /// An anchor was written: topics are defined again at their next use.
+    void anchored(int64_t base_ms) {
+        compact_ = true;
+        base_ms_ = base_ms;
+        ++epoch_;
+        since_anchor_ = 0;
+    }
+    void wrote(uint64_t frame_bytes) { since_anchor_ += frame_bytes; }
+    /// A new segment.
+    void clear() { *this = TopicDictionary(); }
+    /// Goes on with the dictionary of a segment read back (compact, without damage): its topics
+    /// count as defined (they are, earlier in the segment).
+    void adopt(const FrameContext& context) {
+        clear();
+        compact_ = true;
+        base_ms_ = context.base_ms;
+        for (size_t i = 0; i < context.topics.size(); ++i) {
+            if (!context.topics[i]) continue;
+            ids_.emplace(*context.topics[i], Entry{static_cast<uint32_t>(i + 1), 0});
+            bytes_ += context.topics[i]->size();
+        }
+        next_id_ = static_cast<uint32_t>(context.topics.size() + 1);
+    }
+
+  private:
+    struct Entry {
+        uint32_t id = 0;
+        uint64_t epoch = 0;  // of the anchor after which its definition was last written
+    };
+    struct Hash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+
+    bool compact_ = false;
+    int64_t base_ms_ = 0;
+    uint64_t epoch_ = 0;  // anchors written; entries of epoch 0 came from adopt()
+    uint64_t since_anchor_ = 0;
+    uint32_t next_id_ = 1;
+    uint64_t bytes_ = 0;
+    std::unordered_map<std::string, Entry, Hash, std::equal_to<>> ids_;
+};
+
+}  // namespace tidemark::log
