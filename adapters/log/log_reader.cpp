@@ -96,8 +96,9 @@ Result<void> LogReader::seek(uint64_t offset) {
         // Compact frames need what the segment's frames before the offset say: whether it is
         // compact, its base time and its topic dictionary. Read them (a walk over frame heads
         // and CRCs, as the writer's open() does).
-        SegmentWindow window(fd_, segment_path_, offset - seg.first_offset, size_t{1} << 20);
-        auto scan = scan_segment(window, seg.first_offset, offset - seg.first_offset, context_);
+        SegmentWindow window(fd_, segment_path_, seg.first_offset, offset - seg.first_offset,
+                             size_t{1} << 20);
+        auto scan = scan_segment(window, offset - seg.first_offset, context_);
         if (!scan) return std::unexpected(scan.error());
     }
     return {};
@@ -173,7 +174,7 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
     const bool bounded = end_offset_max != UINT64_MAX;
     const bool bound_in_file = bounded && end_offset_max - segment_first_ <= file_bytes;
     const uint64_t limit = bound_in_file ? end_offset_max - segment_first_ : file_bytes;
-    SegmentWindow window(fd_, segment_path_, limit, size_t{256} << 10);
+    SegmentWindow window(fd_, segment_path_, segment_first_, limit, size_t{256} << 10);
     // Judge the frame again on what the file holds now: a frame that was incomplete may have
     // been finished by the writer meanwhile, and the search below must not skip it.
     Record rec;
@@ -227,7 +228,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         uint64_t frame = 0;
         FrameInfo info;
         FrameStatus status = decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_),
-                                          context_, out, frame, info);
+                                          context_, position_, out, frame, info);
         if (status == FrameStatus::ok || status == FrameStatus::unknown_topic) {
             out.offset = position_;
             out.next_offset = position_ + frame;

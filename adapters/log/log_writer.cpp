@@ -26,13 +26,13 @@ std::string errno_text(int err) {
 }
 
 // The ingest time of a segment's first record, if it can be read.
-int64_t first_ingest_ms(const std::string& path) {
+int64_t first_ingest_ms(const std::string& path, uint64_t first_offset) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ingest_ms_unknown;
     int64_t result = ingest_ms_unknown;
     struct stat st {};
     if (::fstat(fd, &st) == 0) {
-        SegmentWindow window(fd, path, static_cast<uint64_t>(st.st_size), 4096);
+        SegmentWindow window(fd, path, first_offset, static_cast<uint64_t>(st.st_size), 4096);
         Record rec;
         uint64_t frame = 0;
         auto status = window.decode_at(0, rec, frame);
@@ -132,8 +132,8 @@ Result<void> LogWriter::recover() {
         return fail("cannot open log segment " + last.path + ": " + errno_text(errno));
     }
     FrameContext context;
-    SegmentWindow window(active_fd_, last.path, last.bytes, scan_block_bytes);
-    auto scan = scan_segment(window, last.first_offset, UINT64_MAX, context);
+    SegmentWindow window(active_fd_, last.path, last.first_offset, last.bytes, scan_block_bytes);
+    auto scan = scan_segment(window, UINT64_MAX, context);
     if (!scan) return std::unexpected(scan.error());
     if (scan->good_bytes < last.bytes) {
         // Only what follows the last good record is cut; nothing before it is touched.
@@ -156,8 +156,9 @@ Result<void> LogWriter::recover() {
         Segment seg;
         seg.first_offset = files[i].first_offset;
         seg.bytes = files[i].bytes;
-        seg.first_ingest_ms =
-            i + 1 == files.size() ? scan->first_ingest_ms : first_ingest_ms(files[i].path);
+        seg.first_ingest_ms = i + 1 == files.size()
+                                  ? scan->first_ingest_ms
+                                  : first_ingest_ms(files[i].path, files[i].first_offset);
         segments_.push_back(seg);
     }
     Segment& active = segments_.back();
@@ -174,8 +175,8 @@ Result<void> LogWriter::recover() {
         int fd = ::open(prev.path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) return fail("cannot open log segment " + prev.path + ": " + errno_text(errno));
         FrameContext prev_context;
-        SegmentWindow prev_window(fd, prev.path, prev.bytes, scan_block_bytes);
-        auto prev_scan = scan_segment(prev_window, prev.first_offset, UINT64_MAX, prev_context);
+        SegmentWindow prev_window(fd, prev.path, prev.first_offset, prev.bytes, scan_block_bytes);
+        auto prev_scan = scan_segment(prev_window, UINT64_MAX, prev_context);
         ::close(fd);
         if (!prev_scan) return std::unexpected(prev_scan.error());
         segments_[segments_.size() - 2].max_ingest_ms = prev_scan->last_ingest_ms;
@@ -383,12 +384,13 @@ Result<uint64_t> LogWriter::write_anchor(int64_t ingest_ms) {
     store_le(body + 9, 0, 2);
     body[body_prefix_bytes] = static_cast<char>(compact_format);
     store_le(body + body_prefix_bytes + 1, static_cast<uint64_t>(base_ms), 8);
+    Segment& active = segments_.back();
+    const uint64_t offset = active.first_offset + active.bytes;
+    store_le(body + body_prefix_bytes + 9, offset, 8);
     store_le(frame, anchor_body_bytes, 4);
     store_le(frame + 4, crc32c(0, std::string_view(body, anchor_body_bytes)), 4);
     iovec iov[1] = {{frame, sizeof frame}};
     if (auto ok = write_iov(iov, 1); !ok) return std::unexpected(ok.error());
-    Segment& active = segments_.back();
-    const uint64_t offset = active.first_offset + active.bytes;
     account(offset, anchor_frame_bytes, ingest_ms);
     dictionary_.anchored(base_ms);
     return offset;
@@ -444,7 +446,9 @@ Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
         n += put_varint(body_head + n, topic_bytes);
     }
     const uint64_t body_bytes = n + (carries_topic ? topic_bytes : 0) + payload.size();
-    uint32_t crc = crc32c(0, std::string_view(body_head, n));
+    const Segment& active = segments_.back();
+    uint32_t crc =
+        crc32c(frame_crc_seed(active.first_offset + active.bytes), std::string_view(body_head, n));
     if (carries_topic) {
         for (std::string_view part : topic_parts)
             crc = crc32c(crc, part);

@@ -66,8 +66,8 @@ std::optional<FrameHead> peek_full_head(std::string_view bytes) {
     return FrameHead{frame_header_bytes + body_bytes, static_cast<int64_t>(load_le(body + 1, 8))};
 }
 
-FrameStatus decode_full(std::string_view bytes, Record& out, uint64_t& frame_bytes_out,
-                        FrameInfo& info) {
+FrameStatus decode_full(std::string_view bytes, uint64_t offset, Record& out,
+                        uint64_t& frame_bytes_out, FrameInfo& info) {
     frame_bytes_out = 0;
     if (bytes.size() < frame_header_bytes) return FrameStatus::incomplete;
     uint64_t body_bytes = load_le(bytes.data(), 4);
@@ -92,12 +92,15 @@ FrameStatus decode_full(std::string_view bytes, Record& out, uint64_t& frame_byt
         // An anchor of another format, or with a topic, was written by a newer version.
         if (!out.topic.empty() || out.payload.size() != anchor_payload_bytes ||
             static_cast<uint8_t>(out.payload[0]) != compact_format ||
-            out.payload.find_first_not_of('\0', 9) != std::string_view::npos) {
+            out.payload.find_first_not_of('\0', 17) != std::string_view::npos) {
             return FrameStatus::bad_type;
         }
         info.base_ms = static_cast<int64_t>(load_le(out.payload.data() + 1, 8));
         // A base after the anchor's own time would let records run before it: not written so.
-        if (info.base_ms > out.ingest_ms) return FrameStatus::bad_crc;
+        // An anchor away from the offset it holds was copied there: damage.
+        if (info.base_ms > out.ingest_ms || load_le(out.payload.data() + 9, 8) != offset) {
+            return FrameStatus::bad_crc;
+        }
         out.type = RecordType::tick;
         out.topic = out.payload = {};
         info.anchor = true;
@@ -182,16 +185,10 @@ std::optional<FrameHead> peek_frame_head(std::string_view bytes, const FrameCont
     return FrameHead{length->length_bytes + 4 + length->body_bytes, *ingest};
 }
 
-FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out) {
-    static const FrameContext start;
-    FrameInfo info;
-    return decode_frame(bytes, start, out, frame_bytes_out, info);
-}
-
-FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, Record& out,
-                         uint64_t& frame_bytes_out, FrameInfo& info) {
+FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, uint64_t offset,
+                         Record& out, uint64_t& frame_bytes_out, FrameInfo& info) {
     if (!context.compact || looks_like_anchor(bytes)) {
-        return decode_full(bytes, out, frame_bytes_out, info);
+        return decode_full(bytes, offset, out, frame_bytes_out, info);
     }
     frame_bytes_out = 0;
     auto length = read_compact_length(bytes);
@@ -205,7 +202,7 @@ FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, Re
     if (bytes.size() < frame_bytes_out) return FrameStatus::incomplete;
     auto crc = static_cast<uint32_t>(load_le(bytes.data() + length->length_bytes, 4));
     std::string_view body = bytes.substr(head, length->body_bytes);
-    if (crc32c(0, body) != crc) return FrameStatus::bad_crc;
+    if (crc32c(frame_crc_seed(offset), body) != crc) return FrameStatus::bad_crc;
     const auto type = static_cast<unsigned char>(body[0]);
     std::string_view rest = body.substr(1);
     auto delta = take_varint(rest, 10);

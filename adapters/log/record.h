@@ -21,8 +21,12 @@
 // only the id. The writer writes a topic's definition again at its first use after every anchor,
 // so that a definition lost to damage costs the records of that topic only up to the next
 // anchor (anchor_interval_bytes), not to the end of the segment.
-// Anchor: a full frame of type 4, topic empty, payload u8 format (2) | i64 base_ms | zeros to
-// a 128-byte body (anchor_body_bytes says why). Its
+// The CRC of a compact frame starts from a seed made of the frame's own offset
+// (frame_crc_seed), not from 0: a frame copied to another place (a misdirected write, a stale
+// sector) fails its CRC there and is damage, never a record read with another segment's topic
+// ids or base time. Likewise an anchor holds its own offset.
+// Anchor: a full frame of type 4, topic empty, payload u8 format (2) | i64 base_ms | u64 its own
+// offset | zeros to a 128-byte body (anchor_body_bytes says why). Its
 // ingest_ms is the next record's, as for any frame (the log's time never decreases); base_ms is
 // what compact frames' ingest times count from, the same in all the anchors of a segment (the
 // first record's ingest time). It opens every segment the writer creates (or the compact part
@@ -164,15 +168,18 @@ inline constexpr uint64_t frame_head_peek_bytes = frame_header_bytes + body_pref
 /// tried (an anchor is a full frame). nullopt when it fails or `bytes` is shorter than a head.
 std::optional<FrameHead> peek_frame_head(std::string_view bytes, const FrameContext& context);
 
-/// Decodes the frame at the start of `bytes` in `context` (full frames only until an anchor was
-/// applied to it). On ok, fills out's type, ingest_ms, topic, payload and reason (views into
-/// `bytes`, or into the context's dictionary for a message_ref; offsets are the caller's) and
-/// info. frame_bytes_out is set whenever the length field could be read (every status but a
-/// short header). The context is not changed: apply_frame() does that.
-FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, Record& out,
-                         uint64_t& frame_bytes_out, FrameInfo& info);
-/// decode_frame() in the context of a segment's start (full frames), for callers without one.
-FrameStatus decode_frame(std::string_view bytes, Record& out, uint64_t& frame_bytes_out);
+/// The CRC seed of a compact frame at `offset`.
+inline uint32_t frame_crc_seed(uint64_t offset) {
+    return static_cast<uint32_t>(offset ^ (offset >> 32));
+}
+
+/// Decodes the frame at the start of `bytes`, which lies at log offset `offset`, in `context`
+/// (full frames only until an anchor was applied to it). On ok, fills out's type, ingest_ms, topic,
+/// payload and reason (views into `bytes`, or into the context's dictionary for a message_ref;
+/// offsets are the caller's) and info. frame_bytes_out is set whenever the length field could be
+/// read (every status but a short header). The context is not changed: apply_frame() does that.
+FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, uint64_t offset,
+                         Record& out, uint64_t& frame_bytes_out, FrameInfo& info);
 
 /// What a frame that decoded ok teaches the context: an anchor makes it compact with its base;
 /// a message_def defines its topic id.

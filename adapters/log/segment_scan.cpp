@@ -22,8 +22,13 @@ Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::
     return done;
 }
 
-SegmentWindow::SegmentWindow(int fd, std::string path, uint64_t file_bytes, size_t block_bytes)
-    : fd_(fd), path_(std::move(path)), file_bytes_(file_bytes), block_bytes_(block_bytes) {}
+SegmentWindow::SegmentWindow(int fd, std::string path, uint64_t first_offset, uint64_t file_bytes,
+                             size_t block_bytes)
+    : fd_(fd),
+      path_(std::move(path)),
+      first_offset_(first_offset),
+      file_bytes_(file_bytes),
+      block_bytes_(block_bytes) {}
 
 Result<std::string_view> SegmentWindow::view(uint64_t pos, uint64_t n) {
     if (pos >= file_bytes_) return std::string_view();
@@ -50,11 +55,12 @@ Result<FrameStatus> SegmentWindow::decode_at(uint64_t pos, const FrameContext& c
                                              uint64_t& frame_bytes_out, FrameInfo& info) {
     auto bytes = view(pos, frame_header_bytes);
     if (!bytes) return std::unexpected(bytes.error());
-    FrameStatus status = decode_frame(*bytes, context, out, frame_bytes_out, info);
+    FrameStatus status =
+        decode_frame(*bytes, context, first_offset_ + pos, out, frame_bytes_out, info);
     if (status == FrameStatus::incomplete && frame_bytes_out > bytes->size()) {
         bytes = view(pos, frame_bytes_out);
         if (!bytes) return std::unexpected(bytes.error());
-        status = decode_frame(*bytes, context, out, frame_bytes_out, info);
+        status = decode_frame(*bytes, context, first_offset_ + pos, out, frame_bytes_out, info);
     }
     return status;
 }
@@ -122,8 +128,7 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
     return std::nullopt;
 }
 
-Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t first_offset, uint64_t upto,
-                                FrameContext& context) {
+Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t upto, FrameContext& context) {
     ScanResult scan;
     context.clear();
     uint64_t pos = 0;
@@ -145,7 +150,7 @@ Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t first_offset, ui
         }
         if (*status == FrameStatus::bad_type) {
             return fail("log segment " + window.path() + ": the record at offset " +
-                        std::to_string(first_offset + pos) +
+                        std::to_string(window.first_offset() + pos) +
                         " has an unknown type; it was written by a newer tidemark. Upgrade, or "
                         "move the log directory away to start a new log.");
         }

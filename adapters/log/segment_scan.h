@@ -24,8 +24,10 @@ Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::
 /// being read, views come back shorter than asked.
 class SegmentWindow {
   public:
-    /// fd stays the caller's; path only names the file in errors.
-    SegmentWindow(int fd, std::string path, uint64_t file_bytes, size_t block_bytes);
+    /// fd stays the caller's; path only names the file in errors; first_offset is the log
+    /// offset of the file's first byte.
+    SegmentWindow(int fd, std::string path, uint64_t first_offset, uint64_t file_bytes,
+                  size_t block_bytes);
     /// The file's bytes [pos, pos + n), cut short where file_bytes (or the file) ends first.
     /// Valid until the next call.
     Result<std::string_view> view(uint64_t pos, uint64_t n);
@@ -37,6 +39,7 @@ class SegmentWindow {
         FrameInfo info;
         return decode_at(pos, start, out, frame_bytes_out, info);
     }
+    uint64_t first_offset() const { return first_offset_; }
     /// The limit given, or less once a read found the file shorter.
     uint64_t file_bytes() const { return file_bytes_; }
     const std::string& path() const { return path_; }
@@ -44,6 +47,7 @@ class SegmentWindow {
   private:
     const int fd_;
     const std::string path_;
+    const uint64_t first_offset_;
     uint64_t file_bytes_;
     const size_t block_bytes_;
     std::vector<char> buffer_;  // allocated on the first read
@@ -87,7 +91,6 @@ struct ScanResult {
 /// (find_next_frame): if one follows, the bytes in between are damage in the middle, counted
 /// and skipped; if none follows, the walk ends there (a torn tail, for the writer). A valid
 /// frame of an unknown type is an error naming the segment: a newer version wrote it.
-Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t first_offset, uint64_t upto,
-                                FrameContext& context);
+Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t upto, FrameContext& context);
 
 }  // namespace tidemark::log

@@ -1,8 +1,8 @@
 // Any bytes as a log frame, in the context of a segment's start (full frames) and of a compact
-// segment (record.h; the first input byte chooses): decoding never reads outside them, a frame
-// that decodes ok lies inside them with its topic and payload (a compact message's topic may
-// come from the dictionary), and the cheap filter used while searching past damage never rejects
-// a frame that decodes ok.
+// segment, at one of a few offsets (record.h; the first input byte chooses): decoding never reads
+// outside them, a frame that decodes ok lies inside them with its topic and payload (a compact
+// message's topic may come from the dictionary), and the cheap filter used while searching past
+// damage never rejects a frame that decodes ok.
 #include <cstdint>
 #include <string_view>
 
@@ -23,7 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     log::Record record;
     uint64_t frame_bytes = 0;
     log::FrameInfo info;
-    const log::FrameStatus status = log::decode_frame(bytes, context, record, frame_bytes, info);
+    const uint64_t offset = static_cast<uint64_t>(data[0] >> 2) << 12;
+    const log::FrameStatus status =
+        log::decode_frame(bytes, context, offset, record, frame_bytes, info);
     const auto head = log::peek_frame_head(bytes, context);
     if (status == log::FrameStatus::ok || status == log::FrameStatus::unknown_topic) {
         TM_FUZZ_CHECK(frame_bytes <= bytes.size());

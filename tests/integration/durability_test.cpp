@@ -168,34 +168,86 @@ int64_t damage_in_health(const nlohmann::json& h) {
 // ---- the log's frames, read the way DESIGN.md section 5 and adapters/log/record.h define them
 
 struct Frame {
-    uint64_t pos = 0;    // in the segment file
-    uint64_t bytes = 0;  // header and body
-    uint8_t type = 0;    // 1 message, 2 tick, 3 malformed
+    uint64_t pos = 0;      // in the segment file
+    uint64_t bytes = 0;    // header and body
+    uint8_t type = 0;      // 1 message, 2 tick, 3 malformed (an anchor is not listed)
+    bool defines = false;  // a compact message that defines its topic's id
     std::string topic, payload;
 };
 
-uint32_t le32(const std::string& b, size_t at) {
-    uint32_t v = 0;
-    std::memcpy(&v, b.data() + at, 4);  // the log is little-endian, and so are our test hosts
+uint64_t le(const std::string& b, size_t at, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i)
+        v |= uint64_t{static_cast<unsigned char>(b[at + static_cast<size_t>(i)])} << (8 * i);
     return v;
 }
 
+// A varint at `at` (record.h), moving `at` past it.
+uint64_t varint(const std::string& b, size_t& at) {
+    uint64_t v = 0;
+    for (int shift = 0; at < b.size(); shift += 7) {
+        const auto c = static_cast<unsigned char>(b[at++]);
+        v |= uint64_t{c & 0x7fu} << shift;
+        if ((c & 0x80u) == 0) break;
+    }
+    return v;
+}
+
+// The records of a segment as adapters/log/record.h lays them out: full frames until an
+// anchor, compact frames (with the segment's topic dictionary) after it. Read here from the
+// text of record.h, not with the log's own code, and without checking CRCs.
 std::vector<Frame> frames_of(const std::string& segment) {
     std::vector<Frame> out;
+    std::map<uint64_t, std::string> topics;
+    bool compact = false;
     size_t pos = 0;
-    while (pos + 8 + 11 <= segment.size()) {
-        const uint32_t body = le32(segment, pos);
-        if (body < 11 || pos + 8 + body > segment.size()) break;
+    while (pos + 8 <= segment.size()) {
+        const bool full =
+            !compact || (static_cast<unsigned char>(segment[pos]) == 0x80 && segment[pos + 1] == 0);
         Frame f;
         f.pos = pos;
-        f.bytes = 8 + body;
-        f.type = static_cast<uint8_t>(segment[pos + 8]);
-        uint16_t topic_bytes = 0;
-        std::memcpy(&topic_bytes, segment.data() + pos + 8 + 9, 2);
-        f.topic = segment.substr(pos + 8 + 11, topic_bytes);
-        f.payload = segment.substr(pos + 8 + 11 + topic_bytes, body - 11 - topic_bytes);
+        if (full) {
+            const uint64_t body = le(segment, pos, 4);
+            if (body < 11 || pos + 8 + body > segment.size()) break;
+            f.bytes = 8 + body;
+            f.type = static_cast<uint8_t>(segment[pos + 8]);
+            const uint64_t topic_bytes = le(segment, pos + 8 + 9, 2);
+            f.topic = segment.substr(pos + 8 + 11, topic_bytes);
+            f.payload = segment.substr(pos + 8 + 11 + topic_bytes, body - 11 - topic_bytes);
+            pos += f.bytes;
+            if (f.type == 4) {  // an anchor
+                compact = true;
+                continue;
+            }
+            out.push_back(std::move(f));
+            continue;
+        }
+        size_t at = pos;
+        const uint64_t body = varint(segment, at);
+        at += 4;  // the CRC
+        const size_t body_end = at + body;
+        if (body < 2 || body_end > segment.size()) break;
+        f.type = static_cast<uint8_t>(segment[at++]);
+        varint(segment, at);  // the ingest time's delta
+        if (f.type == 1 || f.type == 5) {
+            const uint64_t id = varint(segment, at);
+            if (f.type == 5) {
+                const uint64_t topic_bytes = varint(segment, at);
+                topics[id] = segment.substr(at, topic_bytes);
+                at += topic_bytes;
+            }
+            f.defines = f.type == 5;
+            f.type = 1;
+            f.topic = topics[id];
+        } else {
+            const uint64_t field_bytes = varint(segment, at);
+            f.topic = segment.substr(at, field_bytes);
+            at += field_bytes;
+        }
+        f.payload = segment.substr(at, body_end - at);
+        f.bytes = body_end - pos;
+        pos = body_end;
         out.push_back(std::move(f));
-        pos += 8 + body;
     }
     return out;
 }
@@ -215,7 +267,11 @@ Frame flip_payload_byte(const std::string& path, double fraction) {
     const auto frames = frames_of(bytes);
     const auto target = static_cast<uint64_t>(static_cast<double>(bytes.size()) * fraction);
     for (const Frame& f : frames) {
-        if (f.pos + f.bytes <= target || f.type != 1 || f.payload.size() < 4) continue;
+        // Not a topic's definition: its loss would take the topic's later records with it
+        // (log_compact_test covers that); here one record is damaged.
+        if (f.pos + f.bytes <= target || f.type != 1 || f.defines || f.payload.size() < 4) {
+            continue;
+        }
         const uint64_t at = f.pos + f.bytes - f.payload.size() / 2;
         bytes[at] = static_cast<char>(bytes[at] ^ 0x20);
         std::ofstream out(path, std::ios::binary | std::ios::in | std::ios::out);

@@ -194,7 +194,8 @@ TEST_CASE("a compact frame of an unknown type is refused as newer, not cut off",
     const size_t body_bytes = static_cast<unsigned char>(bytes[frame]);
     bytes[frame + 5] = 9;
     store_le(bytes.data() + frame + 1,
-             crc32c(0, std::string_view(bytes).substr(frame + 5, body_bytes)), 4);
+             crc32c(frame_crc_seed(frame), std::string_view(bytes).substr(frame + 5, body_bytes)),
+             4);
     write_file(path, bytes);
     auto writer = LogWriter::open(options_for(tmp.path()));
     REQUIRE_FALSE(writer.has_value());
