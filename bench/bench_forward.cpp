@@ -1,21 +1,23 @@
-// bench_forward: how fast the forwarder drains a backlog after an outage, against QoS0.
+// bench_forward: how fast the forwarder drains a backlog after an outage, from the LMDB outbox
+// and from memory, against QoS0.
 //
-// Starts its own mosquitto on 127.0.0.1 (a free port, no persistence), then:
-//  1. outage: the broker is stopped, the forwarder is started and backs off; the broker comes
-//     back: forward.first_row_ms = broker accepting connections -> first PUBACKed row;
-//  2. forward.drain_rows_per_s: the whole in-memory outbox (--rows, default 1M rows of ~200
-//     byte JSON) drained at QoS1, rows deleted on PUBACK, first ack -> last delete;
-//  3. forward.qos0_msgs_per_s: the same rows through the same forwarder at QoS0, same broker;
-//  4. forward.ratio = drain / qos0;
-//  5. the CPU each side spent per row (the broker's from /proc/PID/stat, ours from getrusage):
-//     both runs are bound by the broker's one thread, so forward.ratio_ceiling =
-//     broker CPU per QoS0 row / broker CPU per QoS1 row is the best ratio any client could
-//     reach against this broker on this machine.
-// The outbox is tidemark's own LMDB store (--outbox lmdb, the default: under
-// $TIDEMARK_BUILD_DIR or /var/tmp, so that its fsyncs reach a disk), filled before each drain, or
-// rows generated in memory (--outbox memory: the forwarder and the broker alone).
-// Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N] [--outbox lmdb|memory]
-//                      [--delete-batch N]
+// Starts its own mosquitto on 127.0.0.1 (a free port, no persistence), then --pairs times (3):
+//  1. the whole outbox (--rows, default 1M rows of ~240 byte JSON) drained at QoS1, rows deleted
+//     on PUBACK, first ack -> last delete, once from tidemark's own LMDB store (the daemon's
+//     outbox: under $TIDEMARK_BUILD_DIR or /var/tmp, so that its fsyncs reach a disk; filled
+//     before the drain, untimed) and once from rows generated in memory (the forwarder and the
+//     broker alone), the two in alternating order; the very first drain starts with the broker
+//     down for --outage-ms: forward.first_row_ms = broker accepting connections -> first
+//     PUBACKed row;
+//  2. the same rows through the same forwarder at QoS0, same broker (the baseline);
+//  3. the CPU each side spent per row (the broker's from /proc/PID/stat, ours from getrusage):
+//     both are bound by the broker's one thread, so broker CPU per QoS0 row / broker CPU per
+//     QoS1 row is the best drain / QoS0 ratio any client could reach against this broker here.
+// Figures are medians over the pairs: forward.drain_rows_per_s (LMDB), forward.ratio = drain /
+// QoS0, forward.ratio_ceiling, forward.ratio_to_ceiling = ratio / ratio_ceiling, and
+// forward.store_ratio = LMDB drain / memory drain of the same pair.
+// Usage: bench_forward [--rows N] [--max-inflight N] [--outage-ms N] [--pairs N]
+//                      [--outbox both|lmdb|memory] [--delete-batch N]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -25,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -397,13 +400,20 @@ Drain drain(Mosquitto& broker, int port, uint64_t rows, int qos, int max_infligh
     return result;
 }
 
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     uint64_t rows = 1'000'000;
     int max_inflight = 64;
     int64_t outage_ms = 3000;
-    std::string outbox_kind = "lmdb";
+    int pairs = 3;
+    std::string outbox_kind = "both";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         auto value = [&]() -> long long {
@@ -418,15 +428,21 @@ int main(int argc, char** argv) {
             outage_ms = value();
         else if (arg == "--delete-batch")
             delete_batch_rows = static_cast<size_t>(value());
+        else if (arg == "--pairs")
+            pairs = static_cast<int>(value());
         else if (arg == "--outbox" && i + 1 < argc)
             outbox_kind = argv[++i];
         else
             die("unknown argument " + arg +
-                " (use --rows N, --max-inflight N, --outage-ms N, --outbox lmdb|memory, "
-                "--delete-batch N)");
+                " (use --rows N, --max-inflight N, --outage-ms N, --outbox both|lmdb|memory, "
+                "--delete-batch N, --pairs N)");
     }
-    if (rows == 0 || max_inflight < 1) die("--rows and --max-inflight must be positive");
-    if (outbox_kind != "lmdb" && outbox_kind != "memory") die("--outbox is lmdb or memory");
+    if (rows == 0 || max_inflight < 1 || pairs < 1)
+        die("--rows, --max-inflight and --pairs must be positive");
+    if (outbox_kind != "both" && outbox_kind != "lmdb" && outbox_kind != "memory")
+        die("--outbox is both, lmdb or memory");
+    const bool with_lmdb = outbox_kind != "memory";
+    const bool with_memory = outbox_kind != "lmdb";
     ::signal(SIGPIPE, SIG_IGN);
 
     const int port = free_port();
@@ -435,28 +451,79 @@ int main(int argc, char** argv) {
 
     std::fprintf(stderr,
                  "bench_forward: %llu rows of ~%zu bytes, max_inflight %d, outage %lld ms, "
-                 "outbox %s\n",
+                 "outbox %s, %d pairs\n",
                  static_cast<unsigned long long>(rows), MemoryOutbox::make_row(0).payload.size(),
-                 max_inflight, static_cast<long long>(outage_ms), outbox_kind.c_str());
-    const auto outage = std::chrono::milliseconds(outage_ms);
-    const Drain qos1 = outbox_kind == "lmdb"
-                           ? drain<LmdbOutbox>(broker, port, rows, 1, max_inflight, outage)
-                           : drain<MemoryOutbox>(broker, port, rows, 1, max_inflight, outage);
-    const Drain qos0 = outbox_kind == "lmdb"
-                           ? drain<LmdbOutbox>(broker, port, rows, 0, max_inflight, 0ms)
-                           : drain<MemoryOutbox>(broker, port, rows, 0, max_inflight, 0ms);
+                 max_inflight, static_cast<long long>(outage_ms), outbox_kind.c_str(), pairs);
+    // Each pair: the two QoS1 drains, in alternating order (so that neither always runs on a
+    // warmer broker or page cache), then the QoS0 baseline. The first drain of all starts with
+    // the outage. The outbox's rows go in before its drain starts and are not timed.
+    std::vector<double> lmdb_rate, memory_rate, qos0_rate, store_ratio, ceiling, to_ceiling;
+    std::vector<double> broker_us_qos1, broker_us_qos0, client_us_lmdb, client_us_memory,
+        client_us_qos0;
+    Drain first{};
+    bool first_done = false;
+    for (int pair = 0; pair < pairs; ++pair) {
+        Drain lmdb{}, memory{};
+        for (int turn = 0; turn < 2; ++turn) {
+            const bool lmdb_turn = (turn == 0) == (pair % 2 == 0);
+            if (lmdb_turn ? !with_lmdb : !with_memory) continue;
+            const auto outage = first_done ? 0ms : std::chrono::milliseconds(outage_ms);
+            const Drain d = lmdb_turn
+                                ? drain<LmdbOutbox>(broker, port, rows, 1, max_inflight, outage)
+                                : drain<MemoryOutbox>(broker, port, rows, 1, max_inflight, outage);
+            if (!first_done) first = d;
+            first_done = true;
+            (lmdb_turn ? lmdb : memory) = d;
+        }
+        const Drain qos0 = drain<MemoryOutbox>(broker, port, rows, 0, max_inflight, 0ms);
+        const Drain& qos1 = with_lmdb ? lmdb : memory;
+        qos0_rate.push_back(qos0.rows_per_s);
+        broker_us_qos0.push_back(qos0.broker_cpu_us_per_row);
+        client_us_qos0.push_back(qos0.client_cpu_us_per_row);
+        broker_us_qos1.push_back(qos1.broker_cpu_us_per_row);
+        // The best drain / QoS0 ratio any client could reach against this broker here.
+        ceiling.push_back(qos0.broker_cpu_us_per_row / qos1.broker_cpu_us_per_row);
+        to_ceiling.push_back(qos1.rows_per_s / qos0.rows_per_s / ceiling.back());
+        if (with_lmdb) {
+            lmdb_rate.push_back(lmdb.rows_per_s);
+            client_us_lmdb.push_back(lmdb.client_cpu_us_per_row);
+        }
+        if (with_memory) {
+            memory_rate.push_back(memory.rows_per_s);
+            client_us_memory.push_back(memory.client_cpu_us_per_row);
+        }
+        if (with_lmdb && with_memory) store_ratio.push_back(lmdb.rows_per_s / memory.rows_per_s);
+        std::fprintf(stderr,
+                     "pair %d: lmdb %.0f rows/s, memory %.0f rows/s, qos0 %.0f msgs/s, "
+                     "store_ratio %.3f, ceiling %.2f, to_ceiling %.2f\n",
+                     pair + 1, lmdb.rows_per_s, memory.rows_per_s, qos0.rows_per_s,
+                     store_ratio.empty() ? 0.0 : store_ratio.back(), ceiling.back(),
+                     to_ceiling.back());
+    }
     broker.stop();
 
-    std::printf("forward.drain_rows_per_s: %.0f rows/s\n", qos1.rows_per_s);
-    std::printf("forward.qos0_msgs_per_s: %.0f msgs/s\n", qos0.rows_per_s);
-    std::printf("forward.ratio: %.2f ratio\n", qos1.rows_per_s / qos0.rows_per_s);
-    std::printf("forward.first_row_ms: %.0f ms\n", qos1.first_row_ms);
-    std::printf("forward.first_row_after_connect_ms: %.0f ms\n", qos1.first_row_after_connect_ms);
-    std::printf("forward.broker_cpu_us_per_row_qos1: %.1f us\n", qos1.broker_cpu_us_per_row);
-    std::printf("forward.broker_cpu_us_per_row_qos0: %.1f us\n", qos0.broker_cpu_us_per_row);
-    std::printf("forward.client_cpu_us_per_row_qos1: %.1f us\n", qos1.client_cpu_us_per_row);
-    std::printf("forward.client_cpu_us_per_row_qos0: %.1f us\n", qos0.client_cpu_us_per_row);
-    std::printf("forward.ratio_ceiling: %.2f ratio\n",
-                qos0.broker_cpu_us_per_row / qos1.broker_cpu_us_per_row);
+    // Medians over the pairs; the drain figures are the LMDB outbox's (the daemon's) unless
+    // --outbox memory.
+    const double drain_rate = median(with_lmdb ? lmdb_rate : memory_rate);
+    const double qos0 = median(qos0_rate);
+    std::printf("forward.pairs: %d pairs\n", pairs);
+    std::printf("forward.drain_rows_per_s: %.0f rows/s\n", drain_rate);
+    if (with_memory)
+        std::printf("forward.memory_drain_rows_per_s: %.0f rows/s\n", median(memory_rate));
+    std::printf("forward.qos0_msgs_per_s: %.0f msgs/s\n", qos0);
+    std::printf("forward.ratio: %.2f ratio\n", drain_rate / qos0);
+    std::printf("forward.first_row_ms: %.0f ms\n", first.first_row_ms);
+    std::printf("forward.first_row_after_connect_ms: %.0f ms\n", first.first_row_after_connect_ms);
+    std::printf("forward.broker_cpu_us_per_row_qos1: %.1f us\n", median(broker_us_qos1));
+    std::printf("forward.broker_cpu_us_per_row_qos0: %.1f us\n", median(broker_us_qos0));
+    if (with_lmdb)
+        std::printf("forward.client_cpu_us_per_row_lmdb: %.1f us\n", median(client_us_lmdb));
+    if (with_memory)
+        std::printf("forward.client_cpu_us_per_row_memory: %.1f us\n", median(client_us_memory));
+    std::printf("forward.client_cpu_us_per_row_qos0: %.1f us\n", median(client_us_qos0));
+    std::printf("forward.ratio_ceiling: %.2f ratio\n", median(ceiling));
+    std::printf("forward.ratio_to_ceiling: %.2f ratio\n", median(to_ceiling));
+    if (with_lmdb && with_memory)
+        std::printf("forward.store_ratio: %.3f ratio\n", median(store_ratio));
     return 0;
 }

@@ -73,6 +73,9 @@ struct Store::Impl {
     // check_reserve). Set by open().
     uint64_t map_pages = 0;
     uint64_t reserve_pages = 0;
+    // The outbox_windows key the next outbox_delete sweeps from ("" = the first); a hint, used
+    // inside the delete's write transaction only (LMDB serialises those). outbox.cpp says why.
+    std::string windows_sweep_from;
 
     Impl() = default;
     Impl(const Impl&) = delete;

@@ -53,8 +53,11 @@ struct ForwarderOptions {
     int qos = 1;
     /// Acknowledged rows are handed to the deleter thread (one delivered() call, one LMDB
     /// commit) per this many acks... (while a commit runs, the next batches wait and are
-    /// deleted together, so a slow disk gets fewer, larger commits, not a stalled link)
-    size_t delete_batch_rows = 256;
+    /// deleted together, so a slow disk gets fewer, larger commits, not a stalled link; what a
+    /// crash may send again is bounded by crash_resend_rows_max()). 1024: an LMDB delete
+    /// commit costs ~1 us of CPU per row at 1024 rows against ~3 us at 256 (bench_forward's
+    /// store_ratio, docs/BENCHMARKS.md), and adds 768 rows to what a crash may re-send.
+    size_t delete_batch_rows = 1024;
     /// ...or once the oldest undeleted ack is this old, whichever comes first.
     int64_t delete_interval_ms = 50;
     /// Rows read from the outbox per peek(): bounds the forwarder's own buffer.
@@ -77,6 +80,17 @@ struct ForwarderOptions {
     /// those to pass. Required (create() refuses nullptr): firmware passes its SystemClock.
     const core::Clock* clock = nullptr;
 };
+
+/// The most acknowledged rows that wait for their delete (the commit running and the rows
+/// acknowledged since) before the forwarder stops sending until the disk catches up:
+/// delete_batch_rows + max(4096, 4 * max_inflight); 5120 at the defaults (1024, 64).
+size_t undeleted_rows_max(const ForwarderOptions& options);
+
+/// The most rows a crash (kill -9, power loss) makes the next run send again: the acknowledged
+/// rows whose delete had not committed plus the unacknowledged ones in flight, which together
+/// never exceed undeleted_rows_max() - 1 + max_inflight; 5183 at the defaults. Upstream dedupes
+/// them by id (DESIGN.md section 5).
+size_t crash_resend_rows_max(const ForwarderOptions& options);
 
 struct ForwarderStats {
     bool link_up = false;

@@ -16,6 +16,18 @@ constexpr size_t undeleted_rows_floor = 4096;
 
 }  // namespace
 
+size_t undeleted_rows_max(const ForwarderOptions& options) {
+    const auto max_inflight = static_cast<size_t>(options.broker.max_inflight);
+    return options.delete_batch_rows + std::max<size_t>(undeleted_rows_floor, 4 * max_inflight);
+}
+
+size_t crash_resend_rows_max(const ForwarderOptions& options) {
+    // fill_window() sends only while acknowledged-undeleted rows are below undeleted_rows_max,
+    // and then at most a window: those rows only move from in flight to acknowledged until the
+    // next fill checks again.
+    return undeleted_rows_max(options) - 1 + static_cast<size_t>(options.broker.max_inflight);
+}
+
 void Forwarder::Impl::rewind() {
     for (Stream& stream : streams_) {
         stream.buffer.clear();
@@ -59,10 +71,8 @@ void Forwarder::Impl::pump() {
 void Forwarder::Impl::fill_window() {
     const size_t max_inflight = static_cast<size_t>(options_.broker.max_inflight);
     // Bound on acknowledged rows not yet deleted (a slow disk, delivered() failing): stop
-    // sending more until the deleter catches up.
-    const size_t undeleted_rows_max =
-        options_.delete_batch_rows + std::max<size_t>(undeleted_rows_floor, 4 * max_inflight);
-    if (undeleted_rows() + queued_deletes() >= undeleted_rows_max) return;
+    // sending more until the deleter catches up. It is also what a crash re-sends.
+    if (undeleted_rows() + queued_deletes() >= undeleted_rows_max(options_)) return;
     // No refilling in bursts (only once half the window is acknowledged): against a broker
     // with Nagle on (mosquitto's default), PUBACKs then wait for the TCP ACK that our next
     // PUBLISH would have carried, and the drain crawls at the delayed-ACK timer's pace.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -55,7 +56,8 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
         return out;
     }
     Result<void> delivered(std::span<const uint64_t> seqs) override {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
+        deletes_unblocked_.wait(lock, [&] { return !deletes_blocked_; });
         for (size_t i = 1; i < seqs.size(); ++i) {
             if (seqs[i - 1] >= seqs[i]) unordered_batches_++;
         }
@@ -72,6 +74,14 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
     void set_paused(bool paused) {
         std::lock_guard lock(mutex_);
         paused_ = paused;
+    }
+    // A disk whose commits do not return: delivered() waits until unblocked.
+    void set_deletes_blocked(bool blocked) {
+        {
+            std::lock_guard lock(mutex_);
+            deletes_blocked_ = blocked;
+        }
+        deletes_unblocked_.notify_all();
     }
     size_t size() const {
         std::lock_guard lock(mutex_);
@@ -92,6 +102,8 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
 
   private:
     mutable std::mutex mutex_;
+    std::condition_variable deletes_unblocked_;
+    bool deletes_blocked_ = false;
     std::map<uint64_t, OutboundRow> rows_;
     uint64_t next_seq_ = 1;
     uint64_t claimed_ = 0;
@@ -315,6 +327,48 @@ TEST_CASE("the forwarder stopped mid-stream and started again re-sends what was 
     second->stop(2s);
     const auto received = subscriber.wait_for(rows, 5s);
     CHECK(distinct_payloads(received) == expected_payloads(rows));
+}
+
+TEST_CASE("a crash re-sends at most crash_resend_rows_max rows: pending deletes and the window",
+          "[forwarder][slow]") {
+    // At the defaults (delete_batch_rows 1024, max_inflight 64), as docs/BENCHMARKS.md states.
+    CHECK(tidemark::mqtt::undeleted_rows_max(ForwarderOptions{}) == 5120);
+    CHECK(tidemark::mqtt::crash_resend_rows_max(ForwarderOptions{}) == 5183);
+
+    // The disk stops returning from its commits: the forwarder sends until the acknowledged rows
+    // awaiting their delete reach the bound, and stops there. Killed now, the next run would
+    // send every one of those rows again (none is deleted): that is what a crash re-sends.
+    Broker broker = Broker::start({.persistence = false, .max_inflight = 5000, .extra_conf = ""});
+    MemoryOutbox outbox;
+    const ForwarderOptions options = options_for(broker.uri(), "fwd-crash", 64);
+    const size_t resend_max = tidemark::mqtt::crash_resend_rows_max(options);
+    const size_t rows = resend_max + 2000;
+    append_rows(outbox, 0, static_cast<int>(rows));
+    outbox.set_deletes_blocked(true);
+    auto forwarder = start_forwarder(options, outbox);
+    // Sending has stopped: every row sent is acknowledged and no new one goes for 500 ms.
+    uint64_t last_sends = 0;
+    auto since = std::chrono::steady_clock::now();
+    REQUIRE(eventually(
+        [&] {
+            const auto stats = forwarder->stats();
+            if (stats.sends != last_sends || stats.acks != stats.sends) {
+                last_sends = stats.sends;
+                since = std::chrono::steady_clock::now();
+            }
+            return stats.sends > 0 && std::chrono::steady_clock::now() - since >= 500ms;
+        },
+        30s));
+    const auto stats = forwarder->stats();
+    INFO("sent " << stats.sends << ", undeleted bound "
+                 << tidemark::mqtt::undeleted_rows_max(options) << ", re-send bound "
+                 << resend_max);
+    CHECK(outbox.size() == rows);  // nothing deleted
+    CHECK(stats.sends <= resend_max);
+    CHECK(stats.sends >= tidemark::mqtt::undeleted_rows_max(options));  // the bound was reached
+    outbox.set_deletes_blocked(false);
+    REQUIRE(eventually([&] { return outbox.size() == 0; }, 30s));
+    forwarder->stop(2s);
 }
 
 TEST_CASE("a key with '/', '+' and '#' lands on exactly one escaped topic level",
