@@ -63,4 +63,21 @@ inline std::string be64(uint64_t v) {
     return s;
 }
 
+/// Entries of one named database, read with LMDB directly (the store closed first).
+inline size_t raw_entries(const std::string& dir, const char* db) {
+    MDB_env* env;
+    REQUIRE(mdb_env_create(&env) == 0);
+    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
+    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY, 0640) == 0);
+    MDB_txn* txn;
+    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
+    MDB_stat st;
+    REQUIRE(mdb_stat(txn, dbi, &st) == 0);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return st.ms_entries;
+}
+
 }  // namespace tidemark::lmdb::test

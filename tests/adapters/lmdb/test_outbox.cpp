@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "adapters/lmdb/store.h"
+#include "raw_lmdb.h"
 #include "test_support.h"
 
 using namespace tidemark::lmdb;
+using tidemark::lmdb::test::raw_entries;
 using tidemark::lmdb::test::TempDir;
 
 namespace {
@@ -285,22 +287,6 @@ std::optional<uint64_t> bytes_written() {
     return std::nullopt;
 }
 
-// Entries of one named database, read with LMDB directly (the store closed first).
-size_t raw_entries(const std::string& dir, const char* db) {
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
-    MDB_stat st;
-    REQUIRE(mdb_stat(txn, dbi, &st) == 0);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
-    return st.ms_entries;
-}
 
 // `rows` rows of `keys` keys, a window per `keys` rows. After an outage each key has many windows
 // in the compaction index (keyed by pipeline, key, window), so rows with consecutive seqs (one
