@@ -24,7 +24,7 @@ KeyState* PipelineRun::create_key(std::string_view key, Partition* p, Domain& d)
 void PipelineRun::remove_key(KeyState* k) {
     TM_ASSERT(k->units.empty() && k->fired.empty());
     timer_cancel(*k);
-    if (tracking_) erased_.push_back(meta_key(k->key));
+    if (tracking_ && k->meta_persisted) erased_.push_back(meta_key(k->key));
     keys_.erase(k->key, hash_name(k->key));
     // Back to a fresh key's state, keeping the capacity of its vectors. Last: the
     // partition may be forgotten with it.
@@ -33,6 +33,7 @@ void PipelineRun::remove_key(KeyState* k) {
     k->due_ms = time_max;
     k->dirty = false;
     k->meta_dirty = true;
+    k->meta_persisted = false;
     free_keys_.push_back(k);
     set_key_partition(*k, nullptr);
 }

@@ -32,6 +32,7 @@ Partition* PipelineRun::create_partition(std::string_view name) {
     p->name = std::string(name);
     p->index = index;
     p->forgotten = false;
+    p->persisted = false;
     if (scope_partition_) p->domain = std::make_unique<Domain>();
     partitions_.insert(p, hash_name(p->name));
     partition_list_[index] = p;
@@ -105,7 +106,7 @@ void PipelineRun::maybe_forget(Partition* p) {
             forgotten_lead_ms_ = std::max(forgotten_lead_ms_, lead);
         }
     }
-    if (tracking_) erased_.push_back(partition_key(p->name));
+    if (tracking_ && p->persisted) erased_.push_back(partition_key(p->name));
     partitions_.erase(p->name, hash_name(p->name));
     partition_list_[p->index] = nullptr;
     free_indexes_.push_back(p->index);
@@ -134,6 +135,7 @@ void PipelineRun::release_partition(Partition* p) {
     p->last_ingest_ms = time_min;
     p->idle = true;
     p->dirty = false;
+    p->persisted = false;
     p->keys = 0;
     p->domain.reset();
     free_partitions_.push_back(p);

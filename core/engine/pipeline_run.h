@@ -169,7 +169,7 @@ class PipelineRun {
     bool read_compact_unit(Unit& u, std::string_view in);
     bool read_legacy_unit(Unit& u, std::string_view in);
     Result<void> check_units(const KeyState& k) const;
-    void write_partition(StateWriter& w, const Partition& p, std::string& value);
+    void write_partition(StateWriter& w, Partition& p, std::string& value);
     Result<void> read_partition(std::string_view name, std::string_view in);
     void write_meta(StateWriter& w, std::string& value);
     Result<void> read_meta(std::string_view in);

@@ -20,7 +20,7 @@ void PipelineRun::session_due_reached(KeyState& k, int64_t due, Domain& d, Emiss
     for (size_t i = 0; i < k.units.size(); ++i) {
         Unit& u = k.units[i];
         if (u.fired && sat_add(u.end, lateness_ms_) <= due) {
-            if (tracking_) erased_.push_back(unit_key(k.key, u.start));
+            if (tracking_ && u.persisted) erased_.push_back(unit_key(k.key, u.start));
             --units_total_;
             continue;
         }
@@ -99,7 +99,11 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
     // One open session grows: in place, no new window identity has been published yet.
     if (last == first + 1 && !units[first].fired) {
         Unit& u = units[first];
-        if (u.start != start && tracking_) erased_.push_back(unit_key(k->key, u.start));
+        if (u.start != start) {
+            // Its record is under its start: the new start is a record not yet written.
+            if (tracking_ && u.persisted) erased_.push_back(unit_key(k->key, u.start));
+            u.persisted = false;
+        }
         u.start = start;
         u.end = end;
         u.last_ms = last_ms;
@@ -158,7 +162,7 @@ void PipelineRun::session_merge(KeyState& k, SessionSpan span, int64_t start, in
             emit(sink, k, u.start, u.end, EmissionKind::retract, u.revision, ClosedBy::merge,
                  values_, wm);
         }
-        if (tracking_) erased_.push_back(unit_key(k.key, u.start));
+        if (tracking_ && u.persisted) erased_.push_back(unit_key(k.key, u.start));
     }
     aggs_.add(merged.state, event.fields.data(), t, event.order);
     if (late) {

@@ -46,7 +46,7 @@ void PipelineRun::slice_due_reached(KeyState& k, int64_t due, Domain& d, Emissio
     }
     size_t n = 0;
     while (n < k.units.size() && slice_purge_at(k.units[n]) <= due) {
-        if (tracking_) erased_.push_back(unit_key(k.key, k.units[n].start));
+        if (tracking_ && k.units[n].persisted) erased_.push_back(unit_key(k.key, k.units[n].start));
         ++n;
     }
     k.units.erase(k.units.begin(), k.units.begin() + static_cast<std::ptrdiff_t>(n));

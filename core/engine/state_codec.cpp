@@ -98,7 +98,10 @@ void PipelineRun::write_key(StateWriter& w, KeyState& k, bool all, std::string& 
     }
     // The meta record changes only when windows fire, purge or re-fire: most checkpoints
     // of a busy key rewrite its slice and nothing else.
-    if (all || k.meta_dirty) w.put(meta_key(k.key), value);
+    if (all || k.meta_dirty) {
+        w.put(meta_key(k.key), value);
+        k.meta_persisted = true;
+    }
     k.meta_dirty = false;
     for (Unit& u : k.units) {
         if (!all && !u.dirty) continue;
@@ -106,6 +109,7 @@ void PipelineRun::write_key(StateWriter& w, KeyState& k, bool all, std::string& 
         put_unit(u, value);
         w.put(unit_key(k.key, u.start), value);
         u.dirty = false;
+        u.persisted = true;
     }
     k.dirty = false;
 }
@@ -133,6 +137,7 @@ Result<void> PipelineRun::read_key_meta(KeyState& k, std::string_view in) {
     Partition* p = find_partition(part);
     if (!p) p = create_partition(part);
     set_key_partition(k, p);
+    k.meta_persisted = true;
     k.fired.clear();
     for (uint32_t i = 0; i < n; ++i) {
         Fired f;
@@ -159,6 +164,7 @@ Result<void> PipelineRun::read_unit(KeyState& k, std::string_view in, int64_t ke
     // definition itself. A record of the old encoding is written again in the new one by the
     // first checkpoint, which erases the old record: the store is upgraded as it is used.
     u.dirty = legacy;
+    u.persisted = !legacy;  // the old record is erased through legacy_units_
     if (legacy) legacy_units_.push_back(unit_key(k.key, u.start, 'u'));
     const auto at = pos - k.units.begin();
     reserve_one_more(k.units);
@@ -212,7 +218,7 @@ bool PipelineRun::read_legacy_unit(Unit& u, std::string_view in) {
     return true;
 }
 
-void PipelineRun::write_partition(StateWriter& w, const Partition& p, std::string& value) {
+void PipelineRun::write_partition(StateWriter& w, Partition& p, std::string& value) {
     value.clear();
     bytes::put_u32(value, p.index);
     bytes::put_i64(value, p.max_event_ms);
@@ -220,11 +226,13 @@ void PipelineRun::write_partition(StateWriter& w, const Partition& p, std::strin
     value.push_back(p.idle ? 1 : 0);
     if (p.domain) put_domain(value, *p.domain);
     w.put(partition_key(p.name), value);
+    p.persisted = true;
 }
 
 Result<void> PipelineRun::read_partition(std::string_view name, std::string_view in) {
     Partition* p = find_partition(name);
-    if (!p) p = create_partition(name);
+    if (!p) p = create_partition(name);  // or made by a key's meta record, not stored yet
+    p->persisted = true;
     uint32_t index;
     if (!bytes::get_u32(in, index) || !bytes::get_i64(in, p->max_event_ms) ||
         !bytes::get_i64(in, p->last_ingest_ms) || in.empty())

@@ -41,6 +41,13 @@ struct Unit {
     int64_t start = 0;
     int64_t end = 0;
     bool dirty = true;
+    // The store holds this window's record (a checkpoint wrote it, or it was restored): only
+    // then does removing the window cost an erasure. A backfill creates and purges most of its
+    // windows between two checkpoints, and erasing those made its checkpoints slow (issue 13).
+    // True after a write whose transaction failed is harmless (one erasure of nothing); false
+    // while the record is stored would leave it behind, so it is cleared only where the
+    // window gets a new record key (a new window, a session whose start moved).
+    bool persisted = false;
     // Sessions only: whether the session fired, and its last revision. A fired session's
     // state changes only with a re-emission, so a retract cancels results(state) as it was
     // before the event that changed it: no copy of the values is kept.
@@ -97,6 +104,7 @@ struct alignas(64) Partition {
     int64_t last_ingest_ms = time_min;
     bool idle = true;  // until its first event
     bool dirty = false;
+    bool persisted = false;  // the store holds its record: see Unit::persisted
     // Forgotten (idle, no live key) while still on the dirty list: the object is reused only
     // after the next checkpoint has walked that list.
     bool forgotten = false;
@@ -116,7 +124,8 @@ struct alignas(64) KeyState {
     int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
     int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
     bool dirty = false;
-    bool meta_dirty = true;  // fired_through, fired windows or partition changed since written
+    bool meta_dirty = true;       // fired_through, fired windows or partition changed since written
+    bool meta_persisted = false;  // the store holds its meta record: see Unit::persisted
 };
 
 inline std::string_view name_of(const KeyState& k) {

@@ -68,17 +68,18 @@ class Recorder : public core::EmissionSink {
     }
 };
 
-/// An in-memory store for checkpoints: applies puts and erases like LMDB would.
+/// An in-memory store for checkpoints: applies puts and erases like LMDB would, and counts the
+/// erasures of keys it does not hold (work a checkpoint did for nothing).
 class MapWriter : public core::StateWriter {
   public:
     std::map<std::string, std::string> data;
-    size_t puts = 0, erases = 0;
+    size_t puts = 0, erases = 0, absent_erases = 0;
     void put(std::string_view k, std::string_view v) override {
         data[std::string(k)] = std::string(v);
         ++puts;
     }
     void erase(std::string_view k) override {
-        data.erase(std::string(k));
+        if (data.erase(std::string(k)) == 0) ++absent_erases;
         ++erases;
     }
 };
