@@ -28,22 +28,39 @@ inline void raw_put(const std::string& dir, const char* db, const std::string& k
     mdb_env_close(env);
 }
 
+/// A read-only transaction on one named database of the store in dir (closed first).
+class RawRead {
+  public:
+    RawRead(const std::string& dir, const char* db) {
+        REQUIRE(mdb_env_create(&env_) == 0);
+        REQUIRE(mdb_env_set_maxdbs(env_, 16) == 0);
+        REQUIRE(mdb_env_open(env_, dir.c_str(), MDB_RDONLY, 0640) == 0);
+        REQUIRE(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_) == 0);
+        REQUIRE(mdb_dbi_open(txn_, db, 0, &dbi_) == 0);
+    }
+    ~RawRead() {
+        if (txn_ != nullptr) mdb_txn_abort(txn_);
+        mdb_env_close(env_);
+    }
+    RawRead(const RawRead&) = delete;
+    RawRead& operator=(const RawRead&) = delete;
+    MDB_txn* txn() const { return txn_; }
+    MDB_dbi dbi() const { return dbi_; }
+
+  private:
+    MDB_env* env_ = nullptr;
+    MDB_txn* txn_ = nullptr;
+    MDB_dbi dbi_ = 0;
+};
+
 /// The value under key in db, read-only; nullopt when missing.
 inline std::optional<std::string> raw_get(const std::string& dir, const char* db,
                                           const std::string& key) {
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
+    RawRead read(dir, db);
     MDB_val k{key.size(), const_cast<char*>(key.data())}, v;
     std::optional<std::string> out;
-    if (mdb_get(txn, dbi, &k, &v) == 0) out.emplace(static_cast<const char*>(v.mv_data), v.mv_size);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    if (mdb_get(read.txn(), read.dbi(), &k, &v) == 0)
+        out.emplace(static_cast<const char*>(v.mv_data), v.mv_size);
     return out;
 }
 
@@ -65,18 +82,9 @@ inline std::string be64(uint64_t v) {
 
 /// Entries of one named database, read with LMDB directly (the store closed first).
 inline size_t raw_entries(const std::string& dir, const char* db) {
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
+    RawRead read(dir, db);
     MDB_stat st;
-    REQUIRE(mdb_stat(txn, dbi, &st) == 0);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    REQUIRE(mdb_stat(read.txn(), read.dbi(), &st) == 0);
     return st.ms_entries;
 }
 
