@@ -41,13 +41,28 @@ inline void put_i64_sortable(std::string& out, int64_t v) {
         out.push_back(static_cast<char>(u >> (8 * i)));
 }
 
-/// LEB128: 7 bits a byte, low first; 1 byte below 128, at most 10.
-inline void put_varint(std::string& out, uint64_t v) {
+/// LEB128: 7 bits a byte, low first; 1 byte below 128, at most 10 (varint_bytes_max).
+inline constexpr size_t varint_bytes_max = 10;
+/// Writes v at p (room for varint_bytes(v) bytes); returns how many.
+inline size_t put_varint(char* p, uint64_t v) {
+    size_t n = 0;
     while (v >= 0x80) {
-        out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+        p[n++] = static_cast<char>((v & 0x7f) | 0x80);
         v >>= 7;
     }
-    out.push_back(static_cast<char>(v));
+    p[n++] = static_cast<char>(v);
+    return n;
+}
+inline void put_varint(std::string& out, uint64_t v) {
+    char b[varint_bytes_max];
+    out.append(b, put_varint(b, v));
+}
+/// The bytes put_varint writes for v.
+inline constexpr size_t varint_bytes(uint64_t v) {
+    size_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        ++n;
+    return n;
 }
 /// A double, exactly (every bit, NaN payloads and -0.0 included), in as few bytes as its value
 /// allows. A varint head whose low two bits say what it holds: 0, an integer n >= 0 below 2^53

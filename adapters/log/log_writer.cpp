@@ -14,6 +14,7 @@
 #include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
 #include "adapters/log/segment_scan.h"
+#include "core/bytes.h"
 #include "core/crash_point.h"
 
 namespace tidemark::log {
@@ -313,26 +314,32 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
     if (dictionary_.compact()) ingest_ms = std::max(ingest_ms, dictionary_.base_ms());
 
     // A new segment when this record (and the anchor before it, if one is due) would not fit,
-    // when the dictionary is full, or after open() found an old or damaged one.
+    // when the dictionary is full, or after open() found an old or damaged one. A message's
+    // topic is looked up once, here.
+    const bool message = type == RecordType::message;
+    TopicDictionary::Use use = message ? dictionary_.use(topic_parts[0]) : TopicDictionary::Use{};
+    bool anchor_due = !dictionary_.compact() || dictionary_.anchor_due();
     const Segment& current = segments_.back();
-    const bool new_topic = type == RecordType::message && !dictionary_.knows(topic_parts[0]);
-    const bool anchor_due = !dictionary_.compact() || dictionary_.anchor_due();
-    const uint64_t needed = (anchor_due ? anchor_frame_bytes : 0) +
-                            compact_frame_bytes(type, ingest_ms, topic_parts, payload, anchor_due);
-    if (current.bytes > 0 && (roll_due_ || current.bytes + needed > options_.segment_bytes ||
-                              (new_topic && dictionary_.full_for(topic_parts[0])))) {
+    const uint64_t needed =
+        (anchor_due ? anchor_frame_bytes : 0) +
+        compact_frame_bytes(type, ingest_ms, topic_bytes, payload.size(), use, anchor_due);
+    if (current.bytes > 0 &&
+        (roll_due_ || current.bytes + needed > options_.segment_bytes ||
+         (message && use.entry == nullptr && dictionary_.full_for(topic_parts[0])))) {
         if (auto rolled = roll(); !rolled) {
             ++counters_.append_errors;
             return std::unexpected(rolled.error());
         }
+        if (message) use = dictionary_.use(topic_parts[0]);  // the new segment's dictionary
+        anchor_due = true;
     }
-    uint64_t anchor_offset = 0;
-    if (!dictionary_.compact() || dictionary_.anchor_due()) {
-        auto anchored = write_anchor(ingest_ms);
-        if (!anchored) return std::unexpected(anchored.error());
-        anchor_offset = *anchored;
+    if (anchor_due) {
+        if (auto anchored = write_anchor(ingest_ms); !anchored) {
+            return std::unexpected(anchored.error());
+        }
+        use.define = true;  // every topic is defined again after an anchor
     }
-    auto written = write_compact(type, ingest_ms, topic_parts, payload);
+    auto written = write_compact(type, ingest_ms, topic_parts, payload, use);
     if (!written) return std::unexpected(written.error());
     const uint64_t frame = *written;
     Segment& active = segments_.back();
@@ -352,7 +359,6 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
         ++counters_.syncs;
         durable_offset_.store(offset + frame, std::memory_order_release);
     }
-    (void)anchor_offset;
     lock.unlock();
     core::crash_point(core::CrashPoint::after_log_append);
     return offset;
@@ -374,8 +380,8 @@ void LogWriter::account(uint64_t offset, uint64_t frame, int64_t ingest_ms) {
 }
 
 // The anchor before a record: at a segment's start, and every anchor_interval_bytes (then the
-// dictionary's topics are defined again at their next use). Returns its offset.
-Result<uint64_t> LogWriter::write_anchor(int64_t ingest_ms) {
+// dictionary's topics are defined again at their next use).
+Result<void> LogWriter::write_anchor(int64_t ingest_ms) {
     const int64_t base_ms = dictionary_.compact() ? dictionary_.base_ms() : ingest_ms;
     char frame[anchor_frame_bytes] = {};
     char* body = frame + frame_header_bytes;
@@ -393,58 +399,45 @@ Result<uint64_t> LogWriter::write_anchor(int64_t ingest_ms) {
     if (auto ok = write_iov(iov, 1); !ok) return std::unexpected(ok.error());
     account(offset, anchor_frame_bytes, ingest_ms);
     dictionary_.anchored(base_ms);
-    return offset;
+    return {};
 }
 
 // The size of the record's compact frame, written now (after an anchor, when `after_anchor`):
 // the arithmetic of write_compact().
-uint64_t LogWriter::compact_frame_bytes(RecordType type, int64_t ingest_ms,
-                                        const std::string_view (&topic_parts)[3],
-                                        std::string_view payload, bool after_anchor) const {
-    const uint64_t topic_bytes =
-        topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
+uint64_t LogWriter::compact_frame_bytes(RecordType type, int64_t ingest_ms, uint64_t topic_bytes,
+                                        uint64_t payload_bytes, const TopicDictionary::Use& use,
+                                        bool after_anchor) const {
     const int64_t base_ms = dictionary_.compact() ? dictionary_.base_ms() : ingest_ms;
-    uint64_t body = 1 + varint_bytes(static_cast<uint64_t>(ingest_ms - base_ms)) + payload.size();
-    if (type == RecordType::message) {
-        const TopicDictionary::Use use = dictionary_.use(topic_parts[0]);
-        body += varint_bytes(use.id);
-        if (use.define || after_anchor) body += varint_bytes(topic_bytes) + topic_bytes;
-    } else {
-        body += varint_bytes(topic_bytes) + topic_bytes;
-    }
-    return varint_bytes(body) + 4 + body;
+    uint64_t body =
+        1 + core::bytes::varint_bytes(static_cast<uint64_t>(ingest_ms - base_ms)) + payload_bytes;
+    const bool carries_topic = type != RecordType::message || use.define || after_anchor;
+    if (type == RecordType::message) body += core::bytes::varint_bytes(use.id);
+    if (carries_topic) body += core::bytes::varint_bytes(topic_bytes) + topic_bytes;
+    return core::bytes::varint_bytes(body) + 4 + body;
 }
 
 // One pwritev() of the record's compact frame at the end of the active segment, no copy of
 // topic or payload. Returns the frame's size.
 Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
                                           const std::string_view (&topic_parts)[3],
-                                          std::string_view payload) {
+                                          std::string_view payload,
+                                          const TopicDictionary::Use& use) {
+    using core::bytes::put_varint;
     // Body head: type, ingest delta, then the topic id (and a definition's topic length) or the
     // inline topic field's length.
-    char head[4 + 4 + 1 + 10 + 3 + 3];
-    char body_head[1 + 10 + 3 + 3];
+    char head[4 + 4 + compact_body_head_bytes_max];
+    char body_head[compact_body_head_bytes_max];
     size_t n = 0;
     const uint64_t topic_bytes =
         topic_parts[0].size() + topic_parts[1].size() + topic_parts[2].size();
     const uint64_t delta = static_cast<uint64_t>(ingest_ms - dictionary_.base_ms());
-    std::optional<TopicDictionary::Use> use;
-    bool carries_topic = true;
-    if (type == RecordType::message) {
-        use = dictionary_.use(topic_parts[0]);
-        body_head[n++] = static_cast<char>(use->define ? 5 : 1);
-        n += put_varint(body_head + n, delta);
-        n += put_varint(body_head + n, use->id);
-        if (use->define) {
-            n += put_varint(body_head + n, topic_bytes);
-        } else {
-            carries_topic = false;
-        }
-    } else {
-        body_head[n++] = static_cast<char>(type == RecordType::tick ? 2 : 3);
-        n += put_varint(body_head + n, delta);
-        n += put_varint(body_head + n, topic_bytes);
-    }
+    const bool message = type == RecordType::message;
+    const bool carries_topic = !message || use.define;
+    body_head[n++] =
+        static_cast<char>(message ? (use.define ? 5 : 1) : (type == RecordType::tick ? 2 : 3));
+    n += put_varint(body_head + n, delta);
+    if (message) n += put_varint(body_head + n, use.id);
+    if (carries_topic) n += put_varint(body_head + n, topic_bytes);
     const uint64_t body_bytes = n + (carries_topic ? topic_bytes : 0) + payload.size();
     const Segment& active = segments_.back();
     uint32_t crc =
@@ -468,7 +461,7 @@ Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
                     iov_of(carries_topic ? topic_parts[2] : none),
                     iov_of(payload)};
     if (auto ok = write_iov(iov, 5); !ok) return std::unexpected(ok.error());
-    if (use) dictionary_.used(topic_parts[0], *use);
+    if (message) dictionary_.used(topic_parts[0], use);
     const uint64_t frame = h - n + body_bytes;
     dictionary_.wrote(frame);
     return frame;

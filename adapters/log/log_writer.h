@@ -164,12 +164,12 @@ class LogWriter {
                                   const std::string_view (&topic_parts)[3],
                                   std::string_view payload);
     // mutex_ held from here on
-    Result<uint64_t> write_anchor(int64_t ingest_ms);
+    Result<void> write_anchor(int64_t ingest_ms);
     Result<uint64_t> write_compact(RecordType type, int64_t ingest_ms,
                                    const std::string_view (&topic_parts)[3],
-                                   std::string_view payload);
-    uint64_t compact_frame_bytes(RecordType type, int64_t ingest_ms,
-                                 const std::string_view (&topic_parts)[3], std::string_view payload,
+                                   std::string_view payload, const TopicDictionary::Use& use);
+    uint64_t compact_frame_bytes(RecordType type, int64_t ingest_ms, uint64_t topic_bytes,
+                                 uint64_t payload_bytes, const TopicDictionary::Use& use,
                                  bool after_anchor) const;
     Result<void> write_iov(iovec* iov, int count);
     void account(uint64_t offset, uint64_t frame, int64_t ingest_ms);

@@ -1,6 +1,7 @@
 #include "adapters/log/record.h"
 
 #include "adapters/log/crc32c.h"
+#include "core/bytes.h"
 
 namespace tidemark::log {
 namespace {
@@ -21,22 +22,17 @@ uint64_t load_le(const char* p, int n) {
     return v;
 }
 
-// A varint from the front of `bytes` (at most max_bytes long), consumed; nullopt if it does not
-// end within them.
+// A varint from the front of `bytes` (core/bytes.h), consumed if it is canonical (no zero last
+// byte after the first: record.h) and at most max_bytes long; nullopt otherwise, or if it does
+// not end within them.
 std::optional<uint64_t> take_varint(std::string_view& bytes, size_t max_bytes) {
+    std::string_view rest = bytes;
     uint64_t v = 0;
-    const size_t n = std::min(bytes.size(), max_bytes);
-    for (size_t i = 0; i < n; ++i) {
-        const auto b = static_cast<unsigned char>(bytes[i]);
-        if (i == 9 && b > 1) return std::nullopt;  // past 64 bits
-        v |= uint64_t{b & 0x7fu} << (7 * i);
-        if ((b & 0x80u) == 0) {
-            if (b == 0 && i > 0) return std::nullopt;  // not canonical
-            bytes.remove_prefix(i + 1);
-            return v;
-        }
-    }
-    return std::nullopt;
+    if (!core::bytes::get_varint(rest, v)) return std::nullopt;
+    const size_t n = bytes.size() - rest.size();
+    if (n > max_bytes || (n > 1 && bytes[n - 1] == 0)) return std::nullopt;
+    bytes = rest;
+    return v;
 }
 
 // The first two bytes of an anchor (the only full frame a compact segment holds), which no
@@ -144,16 +140,6 @@ bool compact_length_ok(uint64_t body_bytes) {
 void store_le(char* p, uint64_t v, int n) {
     for (int i = 0; i < n; ++i)
         p[i] = static_cast<char>(v >> (8 * i));
-}
-
-size_t put_varint(char* p, uint64_t v) {
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = static_cast<char>((v & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    p[n++] = static_cast<char>(v);
-    return n;
 }
 
 std::string_view record_type_name(RecordType type) {

@@ -90,6 +90,9 @@ inline constexpr uint64_t anchor_body_bytes = 128;
 inline constexpr uint64_t anchor_frame_bytes = frame_header_bytes + anchor_body_bytes;
 inline constexpr uint64_t anchor_payload_bytes = anchor_body_bytes - body_prefix_bytes;
 inline constexpr uint8_t compact_format = 2;
+/// A compact frame's body before its topic and payload: type, ingest delta (a varint of up to
+/// 10 bytes), topic id and topic length (varints of up to 3 bytes each).
+inline constexpr uint64_t compact_body_head_bytes_max = 1 + 10 + 3 + 3;
 /// A compact frame's smallest: 1-byte length, CRC, type, 1-byte ingest delta, 1-byte id.
 inline constexpr uint64_t compact_frame_bytes_min = 1 + 4 + 1 + 1 + 1;
 /// The writer repeats the anchor (and the topic definitions after it) at least this often.
@@ -107,16 +110,6 @@ inline constexpr uint64_t malformed_payload_bytes_max = 4096;
 /// A full frame's size.
 inline constexpr uint64_t frame_bytes(uint64_t topic_bytes, uint64_t payload_bytes) {
     return frame_header_bytes + body_prefix_bytes + topic_bytes + payload_bytes;
-}
-
-/// Bytes of v as an unsigned LEB128 varint.
-inline constexpr uint64_t varint_bytes(uint64_t v) {
-    uint64_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        ++n;
-    }
-    return n;
 }
 
 /// What a reader knows of the segment it is in, to decode compact frames: whether an anchor was
@@ -185,9 +178,7 @@ FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, ui
 /// a message_def defines its topic id.
 void apply_frame(FrameContext& context, const Record& record, const FrameInfo& info);
 
-/// For the writer (and tests): n little-endian bytes of v; v as a varint (returns its bytes,
-/// at most 10).
+/// For the writer (and tests): n little-endian bytes of v. Varints: core/bytes.h.
 void store_le(char* p, uint64_t v, int n);
-size_t put_varint(char* p, uint64_t v);
 
 }  // namespace tidemark::log

@@ -15,36 +15,41 @@ namespace tidemark::log {
 /// starts a new segment before either is passed), about 60 bytes of overhead per topic.
 class TopicDictionary {
   public:
+    struct Entry {
+        uint32_t id = 0;
+        uint64_t epoch = 0;  // of the anchor after which its definition was last written
+    };
+    /// How the next message on a topic is written: looked up once per append (use()), recorded
+    /// once the frame is written (used()).
     struct Use {
         uint32_t id = 0;
         bool define = false;  // the frame must carry the topic (new, or first use since an anchor)
+        Entry* entry = nullptr;  // the topic's entry; null for a topic new to the segment
     };
 
     /// Whether the active segment has an anchor (its frames after it are compact).
     bool compact() const { return compact_; }
     int64_t base_ms() const { return base_ms_; }
     bool anchor_due() const { return since_anchor_ >= anchor_interval_bytes; }
-    bool knows(std::string_view topic) const { return ids_.find(topic) != ids_.end(); }
     /// Whether a new topic would take the dictionary past its limits.
     bool full_for(std::string_view topic) const {
         return ids_.size() >= topic_ids_max || bytes_ + topic.size() > topic_dictionary_bytes_max;
     }
 
-    /// How the next message on `topic` is written. used() records it once written.
-    Use use(std::string_view topic) const {
+    Use use(std::string_view topic) {
         auto it = ids_.find(topic);
-        if (it == ids_.end()) return Use{next_id_, true};
-        return Use{it->second.id, it->second.epoch != epoch_};
+        if (it == ids_.end()) return Use{next_id_, true, nullptr};
+        return Use{it->second.id, it->second.epoch != epoch_, &it->second};
     }
-    void used(std::string_view topic, Use use) {
-        auto it = ids_.find(topic);
-        if (it == ids_.end()) {
-            ids_.emplace(std::string(topic), Entry{use.id, epoch_});
-            bytes_ += topic.size();
-            ++next_id_;
-        } else {
-            it->second.epoch = epoch_;
+    /// Records a use written; `use` was taken since the last anchored() or clear().
+    void used(std::string_view topic, const Use& use) {
+        if (use.entry != nullptr) {
+            use.entry->epoch = epoch_;
+            return;
         }
+        ids_.emplace(std::string(topic), Entry{use.id, epoch_});
+        bytes_ += topic.size();
+        ++next_id_;
     }
     /// An anchor was written: topics are defined again at their next use.
     void anchored(int64_t base_ms) {
@@ -71,10 +76,6 @@ class TopicDictionary {
     }
 
   private:
-    struct Entry {
-        uint32_t id = 0;
-        uint64_t epoch = 0;  // of the anchor after which its definition was last written
-    };
     struct Hash {
         using is_transparent = void;
         size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

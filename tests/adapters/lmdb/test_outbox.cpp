@@ -287,7 +287,6 @@ std::optional<uint64_t> bytes_written() {
     return std::nullopt;
 }
 
-
 // `rows` rows of `keys` keys, a window per `keys` rows. After an outage each key has many windows
 // in the compaction index (keyed by pipeline, key, window), so rows with consecutive seqs (one
 // window, many keys) are far apart in it.
