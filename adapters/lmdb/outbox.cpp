@@ -20,6 +20,11 @@ using namespace detail;
 using core::crash_point;
 using core::CrashPoint;
 
+StoreError Store::Impl::garbled_outbox_row(uint64_t seq) const {
+    return StoreError{errc::corrupt, "LMDB store " + dir + ": outbox row " + std::to_string(seq) +
+                                         " is garbled. Move the directory aside"};
+}
+
 StoreResult<uint64_t> Store::Impl::remove_outbox_row(MDB_txn* txn, uint64_t seq,
                                                      std::string_view what) {
     std::string k = u64_key(seq);
@@ -28,10 +33,7 @@ StoreResult<uint64_t> Store::Impl::remove_outbox_row(MDB_txn* txn, uint64_t seq,
     if (!*v) return uint64_t{0};
     uint64_t cost = (**v).size() + row_key_bytes;
     OutboxRow row;
-    if (!decode_outbox_row(**v, seq, row))
-        return std::unexpected(
-            StoreError{errc::corrupt, "LMDB store " + dir + ": outbox row " + std::to_string(seq) +
-                                          " is garbled. Move the directory aside"});
+    if (!decode_outbox_row(**v, seq, row)) return std::unexpected(garbled_outbox_row(seq));
     if (auto wk = window_key(row)) {
         auto w = get(txn, windows, *wk, what);
         if (!w) return std::unexpected(w.error());
@@ -320,9 +322,7 @@ StoreResult<void> delete_rows(Store::Impl& impl, MDB_txn* txn, std::span<const u
         if (rc != 0) break;
         if (!decode_outbox_row(view(v), seq, row)) {
             mdb_cursor_close(cur);
-            return std::unexpected(StoreError{
-                errc::corrupt, "LMDB store " + impl.dir + ": outbox row " + std::to_string(seq) +
-                                   " is garbled. Move the directory aside"});
+            return std::unexpected(impl.garbled_outbox_row(seq));
         }
         const uint64_t cost = v.mv_size + row_key_bytes;
         TM_ASSERT(counters.bytes >= cost);

@@ -189,6 +189,8 @@ struct Store::Impl {
 
     // Removes one outbox row and its compaction index entry; returns its byte cost (0 if absent).
     StoreResult<uint64_t> remove_outbox_row(MDB_txn* txn, uint64_t seq, std::string_view what);
+    /// The error for an outbox row that does not decode.
+    StoreError garbled_outbox_row(uint64_t seq) const;
 };
 
 namespace detail {

@@ -182,10 +182,7 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
     FrameInfo info;
     auto status = window.decode_at(from, context_, rec, frame, info);
     if (!status) return std::unexpected(status.error());
-    if (*status == FrameStatus::ok || *status == FrameStatus::bad_type ||
-        *status == FrameStatus::unknown_topic) {
-        return true;
-    }
+    if (frame_decodes(*status) || *status == FrameStatus::bad_type) return true;
     const char* what = *status == FrameStatus::bad_length ? "invalid record length"
                        : *status == FrameStatus::bad_crc  ? "CRC mismatch"
                                                           : "record cut short";
@@ -229,7 +226,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         FrameInfo info;
         FrameStatus status = decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_),
                                           context_, position_, out, frame, info);
-        if (status == FrameStatus::ok || status == FrameStatus::unknown_topic) {
+        if (frame_decodes(status)) {
             out.offset = position_;
             out.next_offset = position_ + frame;
             begin_ += frame;

@@ -138,6 +138,12 @@ enum class FrameStatus {
                     // definition was lost to damage, or the reader skipped it)
 };
 
+/// Whether the bytes are a whole valid frame: ok, or a message whose topic id is not known
+/// (its bytes are a frame; the record is lost with its definition).
+inline bool frame_decodes(FrameStatus status) {
+    return status == FrameStatus::ok || status == FrameStatus::unknown_topic;
+}
+
 /// What else decode_frame() found in a frame that decodes ok.
 struct FrameInfo {
     bool anchor = false;         // an anchor, not a record

@@ -69,9 +69,6 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
                                                 std::optional<uint64_t> after_damaged_frame,
                                                 int64_t ingest_ms_min,
                                                 const FrameContext& context) {
-    auto decodes = [](FrameStatus status) {
-        return status == FrameStatus::ok || status == FrameStatus::unknown_topic;
-    };
     // A frame whose time runs back is a payload's bytes, whatever its CRC says.
     auto is_frame = [&](uint64_t pos) -> Result<bool> {
         const uint64_t end = window.file_bytes();
@@ -86,7 +83,7 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
         FrameInfo info;
         auto status = window.decode_at(pos, context, rec, frame, info);
         if (!status) return std::unexpected(status.error());
-        return decodes(*status);
+        return frame_decodes(*status);
     };
     std::optional<uint64_t> hint;
     if (after_damaged_frame && *after_damaged_frame > damaged_at &&
@@ -104,7 +101,7 @@ Result<std::optional<uint64_t>> find_next_frame(SegmentWindow& window, uint64_t 
             FrameInfo info;
             auto status = window.decode_at(pos, context, rec, frame, info);
             if (!status) return std::unexpected(status.error());
-            if (!decodes(*status)) return false;
+            if (!frame_decodes(*status)) return false;
             pos += frame;
         }
         return true;
@@ -138,7 +135,7 @@ Result<ScanResult> scan_segment(SegmentWindow& window, uint64_t upto, FrameConte
         FrameInfo info;
         auto status = window.decode_at(pos, context, rec, frame, info);
         if (!status) return std::unexpected(status.error());
-        if (*status == FrameStatus::ok || *status == FrameStatus::unknown_topic) {
+        if (frame_decodes(*status)) {
             if (*status == FrameStatus::ok) apply_frame(context, rec, info);
             if (!info.anchor) {
                 if (scan.records == 0) scan.first_ingest_ms = rec.ingest_ms;
