@@ -102,21 +102,48 @@ Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view 
 }
 
 // The windows of a restored key fit this definition (checked once the stored definition is
-// known to be this one): on the slice grid for tumbling and hopping; for sessions, no longer
-// than max_duration and not overlapping. A damaged store must be refused, not trip an
-// assertion on the first event.
+// known to be this one): within the stored time bound; on the slice grid for tumbling and hopping;
+// for sessions, no longer than max_duration and not overlapping. A damaged store must be refused,
+// not trip an assertion on the first event.
+bool PipelineRun::on_grid(int64_t start, int64_t step) const {
+    int64_t from_offset = 0;
+    return !__builtin_sub_overflow(start, offset_ms_, &from_offset) && from_offset % step == 0;
+}
+
 Result<void> PipelineRun::check_units(const KeyState& k) const {
     for (size_t i = 0; i < k.units.size(); ++i) {
         const Unit& u = k.units[i];
         const int64_t span = u.end - u.start;  // > 0 and no overflow: read_unit checked
-        int64_t from_offset = 0;
-        const bool fits =
-            session_
-                ? span <= spec_.window.max_duration_ms && (i == 0 || k.units[i - 1].end <= u.start)
-                : span == slice_ms_ && !__builtin_sub_overflow(u.start, offset_ms_, &from_offset) &&
-                      from_offset % slice_ms_ == 0;
+        const bool fits = stored_time_fits(u.start) && stored_time_fits(u.end) &&
+                          (session_ ? span <= spec_.window.max_duration_ms &&
+                                          (i == 0 || k.units[i - 1].end <= u.start)
+                                    : span == slice_ms_ && on_grid(u.start, slice_ms_));
         if (!fits) return fail("damaged window bounds of '" + k.key + "'");
     }
+    return check_fired(k);
+}
+
+// The key's fired windows and the time it fired through, as a tumbling or hopping run left
+// them: time_min or a time within the stored bound (a watermark: not always a window end);
+// fired windows on the grid, ascending, each a window of this size, holding one value per
+// aggregate when retractions keep them. Sessions keep neither. A damaged value would otherwise
+// overflow in next_fire() or emit a correction of a window that never was, with the wrong
+// number of values.
+Result<void> PipelineRun::check_fired(const KeyState& k) const {
+    bool fits = true;
+    if (session_) {
+        fits = k.fired.empty() && k.fired_through_ms == time_min;
+    } else {
+        fits = k.fired_through_ms == time_min || stored_time_fits(k.fired_through_ms);
+        const size_t arity = retract_ ? aggs_.specs().size() : 0;
+        for (size_t i = 0; fits && i < k.fired.size(); ++i) {
+            const Fired& f = k.fired[i];
+            fits = stored_time_fits(f.start) && stored_time_fits(f.end) &&
+                   f.end - f.start == size_ms_ && on_grid(f.start, advance_ms_) &&
+                   f.values.size() == arity && (i == 0 || k.fired[i - 1].end < f.end);
+        }
+    }
+    if (!fits) return fail("damaged fired windows of '" + k.key + "'");
     return {};
 }
 

@@ -169,6 +169,8 @@ class PipelineRun {
     bool read_compact_unit(Unit& u, std::string_view in);
     bool read_legacy_unit(Unit& u, std::string_view in);
     Result<void> check_units(const KeyState& k) const;
+    Result<void> check_fired(const KeyState& k) const;
+    bool on_grid(int64_t start, int64_t step) const;
     void write_partition(StateWriter& w, Partition& p, std::string& value);
     Result<void> read_partition(std::string_view name, std::string_view in);
     void write_meta(StateWriter& w, std::string& value);

@@ -21,6 +21,13 @@ namespace tidemark::core::detail {
 
 inline constexpr int64_t time_min = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t time_max = std::numeric_limits<int64_t>::max();
+// A time read back from the store beyond +-2^62 ms is damage: event times are years 0-9999
+// (under 2^48 ms), watermarks and ingest times no further, and the window arithmetic
+// (t - size, t + advance + size) has room past the bound without overflow.
+inline constexpr int64_t stored_time_abs_max = int64_t{1} << 62;
+TM_HOT bool stored_time_fits(int64_t t) {
+    return t >= -stored_time_abs_max && t <= stored_time_abs_max;
+}
 
 TM_HOT int64_t sat_add(int64_t a, int64_t b) {
     int64_t sum;

@@ -1,7 +1,10 @@
 // The stored form of window state: the compact encoding (store format 5) and the upgrade of a
 // store written in the fixed one (format 4 and before).
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/bytes.h"
@@ -47,7 +50,8 @@ std::string run_from(const core::PipelineSpec& spec, const Records& records) {
     Driver d(spec);
     for (const auto& [k, v] : records)
         REQUIRE(d.engine->restore_entry(k, v));
-    REQUIRE(d.engine->restore_finish());
+    auto finished = d.engine->restore_finish();
+    if (!finished) FAIL(finished.error().message);
     d.feed_all(part_b());
     d.finish();
     return d.rec.text();
@@ -60,6 +64,47 @@ bool is_window(std::string_view key, char type) {
     if (!core::bytes::get_str(rest, name) || rest.empty() || rest[0] != 'K') return false;
     rest.remove_prefix(1);
     return core::bytes::get_str(rest, k) && rest.size() == 9 && rest[0] == type;
+}
+
+// A key's meta record: prefix, 'K', length-prefixed key, 'm'.
+bool is_key_meta(std::string_view key) {
+    std::string_view rest = key.substr(1);
+    std::string_view name, k;
+    if (!core::bytes::get_str(rest, name) || rest.empty() || rest[0] != 'K') return false;
+    rest.remove_prefix(1);
+    return core::bytes::get_str(rest, k) && rest == "m";
+}
+
+std::string stored_partition(std::string_view meta) {
+    std::string_view part;
+    REQUIRE(core::bytes::get_str(meta, part));
+    return std::string(part);
+}
+
+// A key meta record written again: partition, fired_through, the fired windows (start, end,
+// revision, values), as the engine's format 5 writes it.
+struct FiredWindow {
+    int64_t start, end;
+    uint32_t revision;
+    std::vector<std::optional<double>> values;
+};
+std::string key_meta(std::string_view partition, int64_t fired_through,
+                     const std::vector<FiredWindow>& fired) {
+    std::string v;
+    core::bytes::put_str(v, partition);
+    core::bytes::put_i64(v, fired_through);
+    core::bytes::put_u32(v, static_cast<uint32_t>(fired.size()));
+    for (const auto& f : fired) {
+        core::bytes::put_i64(v, f.start);
+        core::bytes::put_i64(v, f.end);
+        core::bytes::put_u32(v, f.revision);
+        core::bytes::put_u32(v, static_cast<uint32_t>(f.values.size()));
+        for (const auto& x : f.values) {
+            v.push_back(x ? 1 : 0);
+            core::bytes::put_f64(v, x ? *x : 0.0);
+        }
+    }
+    return v;
 }
 
 size_t window_bytes(const Records& records, char type) {
@@ -170,4 +215,79 @@ TEST_CASE("compact doubles round-trip every bit in as few bytes as the value all
     std::string_view truncated("\x02\x00\x00", 3);
     double v;
     CHECK_FALSE(core::bytes::get_f64_compact(truncated, v));
+}
+
+// Found by fuzz_stored_bytes: a damaged fired_through made next_fire() overflow (UBSan), and a
+// fired window holding the wrong number of values made a retraction with the wrong shape (the
+// firmware's result encoder asserts one value per aggregate). Both are refused at restore.
+TEST_CASE("damaged fired windows in a key's meta record are refused", "[engine]") {
+    const auto spec = tumbling_spec();
+    Driver fresh(spec);
+    fresh.feed_all(part_a());
+    MapWriter store;
+    fresh.engine->checkpoint(store);
+    std::string meta_key;
+    std::string partition;
+    for (const auto& [k, v] : store.data)
+        if (is_key_meta(k)) meta_key = k, partition = stored_partition(v);
+    REQUIRE(!meta_key.empty());
+    const std::vector<std::optional<double>> one{1.0, 2.0, 3.0};  // make_spec: 3 aggregates
+    const auto restores = [&](const std::string& meta) {
+        auto data = store.data;
+        data[meta_key] = meta;
+        Driver d(spec);
+        for (const auto& [k, v] : data)
+            if (!d.engine->restore_entry(k, v)) return false;
+        auto finished = d.engine->restore_finish();
+        if (!finished) CHECK(finished.error().message.find("fired windows") != std::string::npos);
+        return finished.has_value();
+    };
+    REQUIRE(spec.aggregates.size() == one.size());
+    // The undamaged shapes restore: nothing fired yet, or a window of the grid with its values.
+    CHECK(restores(key_meta(partition, INT64_MIN, {})));
+    CHECK(restores(key_meta(partition, 120'000, {{60'000, 120'000, 0, one}})));
+    // A late event moves fired_through to the watermark, off the window grid.
+    CHECK(restores(key_meta(partition, 125'001, {{60'000, 120'000, 0, one}})));
+    SECTION("fired through the ends of time") {
+        CHECK_FALSE(restores(key_meta(partition, INT64_MAX, {})));
+        CHECK_FALSE(restores(key_meta(partition, INT64_MAX - 1, {})));
+        CHECK_FALSE(restores(key_meta(partition, INT64_MIN + 1, {})));
+    }
+    SECTION("a fired window off the grid, of another size, or out of order") {
+        CHECK_FALSE(restores(key_meta(partition, 120'000, {{60'001, 120'001, 0, one}})));
+        CHECK_FALSE(restores(key_meta(partition, 120'000, {{0, 120'000, 0, one}})));
+        CHECK_FALSE(restores(
+            key_meta(partition, 180'000, {{120'000, 180'000, 0, one}, {60'000, 120'000, 0, one}})));
+        CHECK_FALSE(
+            restores(key_meta(partition, 120'000, {{INT64_MIN, INT64_MIN + 60'000, 0, one}})));
+    }
+    SECTION("a fired window with the wrong number of values") {
+        CHECK_FALSE(restores(key_meta(partition, 120'000, {{60'000, 120'000, 0, {}}})));
+        CHECK_FALSE(
+            restores(key_meta(partition, 120'000, {{60'000, 120'000, 0, {1.0, 2.0, 3.0, 4.0}}})));
+    }
+}
+
+TEST_CASE("a session key's meta record holds no fired windows", "[engine]") {
+    const auto spec = session_spec();
+    Driver fresh(spec);
+    fresh.feed_all(part_a());
+    MapWriter store;
+    fresh.engine->checkpoint(store);
+    std::string meta_key;
+    std::string partition;
+    for (const auto& [k, v] : store.data)
+        if (is_key_meta(k)) meta_key = k, partition = stored_partition(v);
+    REQUIRE(!meta_key.empty());
+    const auto restores = [&](const std::string& meta) {
+        auto data = store.data;
+        data[meta_key] = meta;
+        Driver d(spec);
+        for (const auto& [k, v] : data)
+            if (!d.engine->restore_entry(k, v)) return false;
+        return d.engine->restore_finish().has_value();
+    };
+    CHECK(restores(key_meta(partition, INT64_MIN, {})));
+    CHECK_FALSE(restores(key_meta(partition, 120'000, {})));
+    CHECK_FALSE(restores(key_meta(partition, INT64_MIN, {{0, 10'000, 0, {1.0, 2.0, 3.0}}})));
 }
