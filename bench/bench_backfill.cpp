@@ -288,7 +288,7 @@ LiveRun run_live(firmware::EngineHost& host, const core::Clock& clock, const Opt
         const bool was_backfilling = host.backfilling();
         if (was_backfilling) {
             const auto figures = host.backfill_figures();
-            if (!figures.empty()) out.busy_records_per_s = figures.front().records_per_s;
+            if (!figures.empty()) out.busy_records_per_s = figures.front().busy_records_per_s;
             if (backfill_t0 == Steady::time_point{}) backfill_t0 = Steady::now();
         }
         const auto b0 = Steady::now();

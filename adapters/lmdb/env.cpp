@@ -171,7 +171,7 @@ StoreResult<void> Store::Impl::commit(MDB_txn* txn, std::string_view what) {
 
 StoreResult<uint64_t> Store::Impl::tree_pages(MDB_txn* txn, std::string_view what) {
     uint64_t pages = 0;
-    for (MDB_dbi dbi : {meta, state, outbox, ids, id_seqs, windows, side}) {
+    for (MDB_dbi dbi : {meta, state, outbox, ids[0], ids[1], windows, side}) {
         MDB_stat st;
         if (int rc = mdb_stat(txn, dbi, &st); rc != 0) return std::unexpected(error(rc, what));
         pages += st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
@@ -275,7 +275,7 @@ StoreResult<void> check_format_version(Store::Impl& impl, MDB_txn* txn) {
 
 // Every database must be there, and its first and last pages readable.
 StoreResult<void> check_databases(Store::Impl& impl, MDB_txn* txn) {
-    for (const char* name : {db_meta, db_state, db_outbox, db_outbox_ids, db_outbox_id_seqs,
+    for (const char* name : {db_meta, db_state, db_outbox, db_outbox_ids, db_outbox_ids_b,
                              db_outbox_windows, db_side}) {
         MDB_dbi dbi;
         int rc = mdb_dbi_open(txn, name, 0, &dbi);
@@ -373,6 +373,19 @@ StoreResult<bool> prepare(const StoreOptions& options, Store::Impl& impl) {
     return fresh;
 }
 
+// Up to format 5 the second id database mapped seq -> id for prune_ids: emptied, it becomes the
+// id index's second generation, and outbox_ids (every id the store knows) the current one.
+StoreResult<void> upgrade_id_index(Store::Impl& impl, MDB_txn* txn) {
+    auto version = impl.get_u64(txn, meta_format_version, "upgrading the id index");
+    if (!version) return std::unexpected(version.error());
+    if (*version >= 6) return {};
+    if (int rc = mdb_drop(txn, impl.ids[1], 0); rc != 0)
+        return std::unexpected(impl.error(rc, "upgrading the id index"));
+    if (auto p = impl.put_u64(txn, meta_outbox_ids_current, 0, "upgrading the id index"); !p)
+        return p;
+    return impl.put_u64(txn, meta_outbox_ids_older_below, 0, "upgrading the id index");
+}
+
 // Opens (read-only: the existing; otherwise creates) the named databases, and writes the format
 // version, and a fresh store's seq counters.
 StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) {
@@ -383,8 +396,8 @@ StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) 
     const Handle handles[] = {{db_meta, &impl.meta},
                               {db_state, &impl.state},
                               {db_outbox, &impl.outbox},
-                              {db_outbox_ids, &impl.ids},
-                              {db_outbox_id_seqs, &impl.id_seqs},
+                              {db_outbox_ids, &impl.ids[0]},
+                              {db_outbox_ids_b, &impl.ids[1]},
                               {db_outbox_windows, &impl.windows},
                               {db_side, &impl.side}};
     static_assert(std::size(handles) == named_dbs);
@@ -407,6 +420,9 @@ StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) 
     }
     return impl.write<void>("initialising", [&](MDB_txn* txn) -> StoreResult<void> {
         if (auto o = open_dbs(txn, MDB_CREATE); !o) return o;
+        if (!fresh) {
+            if (auto u = upgrade_id_index(impl, txn); !u) return u;
+        }
         // An older store is read as it is and from now on written in this version's format
         // (version 1 -> 2: outbox rows gain their enqueue time; 2 -> 3: side rows gain their
         // pipeline and key), so an older tidemark refuses it rather than misreading it.

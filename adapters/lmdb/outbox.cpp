@@ -1,4 +1,4 @@
-// The outbox: result rows in seq order with their unique id index (outbox_ids, outbox_id_seqs),
+// The outbox: result rows in seq order with their unique id index (in two generations),
 // the compaction index of the latest row per window (outbox_windows), the bound on its bytes,
 // and its durable counters in meta.
 #include <lmdb.h>
@@ -82,6 +82,29 @@ StoreResult<void> store_outbox_counters(Store::Impl& impl, MDB_txn* txn, const O
 
 constexpr std::string_view append_what = "appending to the outbox";
 
+// The id index's two generations (Store::prune_ids): new ids go into `current`; every id in
+// `older` has a seq below `older_below` (0: older is empty).
+struct IdGenerations {
+    MDB_dbi current = 0, older = 0;
+    uint64_t slot = 0;  // meta_outbox_ids_current: which of impl.ids is current
+    uint64_t older_below = 0;
+};
+
+StoreResult<IdGenerations> load_id_generations(Store::Impl& impl, MDB_txn* txn) {
+    IdGenerations g;
+    auto read = impl.get_u64s(
+        txn, {{meta_outbox_ids_current, &g.slot}, {meta_outbox_ids_older_below, &g.older_below}},
+        "reading the id generations");
+    if (!read) return std::unexpected(read.error());
+    if (g.slot > 1)
+        return std::unexpected(StoreError{errc::corrupt, "LMDB store " + impl.dir +
+                                                             ": outbox_ids_current is garbled. "
+                                                             "Move the directory aside"});
+    g.current = impl.ids[g.slot];
+    g.older = impl.ids[1 - g.slot];
+    return g;
+}
+
 // One outbox_append transaction and what it has done so far.
 struct AppendBatch {
     Store::Impl& impl;
@@ -89,6 +112,7 @@ struct AppendBatch {
     const StoreOptions& options;
     uint64_t claimed;  // rows with a seq below it may be on the wire: never compacted
     OutboxCounters counters;
+    IdGenerations ids;
     uint64_t bytes_before = 0;     // the outbox's bytes before the batch
     uint64_t batch_seq_first = 0;  // the seq of the batch's first row
     AppendResult result;
@@ -127,19 +151,20 @@ StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::
 StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
     Store::Impl& impl = b.impl;
     const std::string id_key = u64_key(row.id);
-    auto seen = impl.get(b.txn, impl.ids, id_key, append_what);
-    if (!seen) return std::unexpected(seen.error());
-    if (*seen) {
-        ++b.result.duplicates_skipped;
-        return {};
+    for (const MDB_dbi ids : {b.ids.current, b.ids.older}) {
+        if (ids == b.ids.older && b.ids.older_below == 0) break;  // empty
+        auto seen = impl.get(b.txn, ids, id_key, append_what);
+        if (!seen) return std::unexpected(seen.error());
+        if (*seen) {
+            ++b.result.duplicates_skipped;
+            return {};
+        }
     }
     const uint64_t seq = b.counters.seq_next++;
     const std::string seq_key = u64_key(seq);
     // The id stays known even if the row is compacted or dropped: a regenerated emission after
     // a crash is recognised either way.
-    if (auto p = impl.put(b.txn, impl.ids, id_key, seq_key, MDB_NOOVERWRITE, append_what); !p)
-        return p;
-    if (auto p = impl.put(b.txn, impl.id_seqs, seq_key, id_key, MDB_APPEND, append_what); !p)
+    if (auto p = impl.put(b.txn, b.ids.current, id_key, seq_key, MDB_NOOVERWRITE, append_what); !p)
         return p;
     const auto wkey = window_key(row);
     if (b.options.compact_superseded && wkey) {
@@ -237,13 +262,10 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
             if (options_.compact_superseded) claim_lock.lock();
             auto counters = load_outbox_counters(*impl_, txn);
             if (!counters) return std::unexpected(counters.error());
-            AppendBatch b{*impl_,
-                          txn,
-                          options_,
-                          claimed_seq_next_.load(),
-                          *counters,
-                          counters->bytes,
-                          counters->seq_next,
+            auto ids = load_id_generations(*impl_, txn);
+            if (!ids) return std::unexpected(ids.error());
+            AppendBatch b{*impl_,        txn,  options_,        claimed_seq_next_.load(),
+                          *counters,     *ids, counters->bytes, counters->seq_next,
                           AppendResult{}};
             for (const OutboxRow& row : rows)
                 if (auto a = append_row(b, row); !a) return std::unexpected(a.error());
@@ -407,67 +429,39 @@ StoreResult<void> Store::outbox_delete(std::span<const uint64_t> seqs) {
     return r;
 }
 
-namespace {
-// One transaction of prune_ids: at most limit ids; attempted says how many it got to.
-StoreResult<size_t> prune_ids_txn(Store::Impl& impl, uint64_t below_seq, size_t limit,
-                                  size_t& attempted) {
-    return impl.write<size_t>("pruning outbox ids", [&](MDB_txn* txn) -> StoreResult<size_t> {
-        const std::string_view what = "pruning outbox ids";
-        MDB_cursor* cur;
-        if (int rc = mdb_cursor_open(txn, impl.id_seqs, &cur); rc != 0)
-            return std::unexpected(impl.error(rc, what));
-        size_t n = 0;
-        MDB_val k, v;
-        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        while (rc == 0 && n < limit && u64_of_key(view(k)) < below_seq) {
-            attempted = n + 1;
-            const std::string id_key(view(v));
-            const std::string seq_key(view(k));
-            auto owner = impl.get(txn, impl.ids, id_key, what);
-            if (!owner) {
-                mdb_cursor_close(cur);
-                return std::unexpected(owner.error());
-            }
-            if (*owner && **owner == seq_key) {
-                if (auto d = impl.del(txn, impl.ids, id_key, what); !d) {
-                    mdb_cursor_close(cur);
-                    return std::unexpected(d.error());
-                }
-            }
-            if ((rc = mdb_cursor_del(cur, 0)) != 0) break;
-            ++n;
-            rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        }
-        mdb_cursor_close(cur);
-        if (rc != 0 && rc != MDB_NOTFOUND) return std::unexpected(impl.error(rc, what));
-        return n;
-    });
-}
-}  // namespace
-
 StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
     TM_WRITABLE();
-    // In a full map, fewer ids per transaction (as delete_halving_on_map_full): the limit starts
-    // at what the failed transaction tried and halves down to one id.
-    size_t pruned = 0;
-    size_t limit = std::numeric_limits<size_t>::max();
-    for (;;) {
-        size_t attempted = 0;
-        auto r = prune_ids_txn(*impl_, below_seq, limit, attempted);
-        if (r) {
-            pruned += *r;
-            if (*r < limit) return pruned;
-            continue;
+    // A drop frees the older generation's pages without writing them (LMDB walks its branch
+    // pages only), so the cost no longer grows with the ids forgotten as deleting each did: the
+    // index is keyed by the id, a hash, and a delete per id rewrote pages all over the tree.
+    return impl_->write<size_t>("pruning outbox ids", [&](MDB_txn* txn) -> StoreResult<size_t> {
+        const std::string_view what = "pruning outbox ids";
+        auto g = load_id_generations(*impl_, txn);
+        if (!g) return std::unexpected(g.error());
+        auto c = load_outbox_counters(*impl_, txn);
+        if (!c) return std::unexpected(c.error());
+        size_t dropped = 0;
+        // Twice at most: the older generation, then the current one if below_seq covers it too.
+        for (int round = 0; round < 2 && g->older_below <= below_seq; ++round) {
+            MDB_stat older, current;
+            if (int rc = mdb_stat(txn, g->older, &older); rc != 0)
+                return std::unexpected(impl_->error(rc, what));
+            if (int rc = mdb_stat(txn, g->current, &current); rc != 0)
+                return std::unexpected(impl_->error(rc, what));
+            if (current.ms_entries == 0 && older.ms_entries == 0) break;
+            if (int rc = mdb_drop(txn, g->older, 0); rc != 0)
+                return std::unexpected(impl_->error(rc, what));
+            dropped += older.ms_entries;
+            g->slot = 1 - g->slot;
+            std::swap(g->current, g->older);
+            g->older_below = current.ms_entries == 0 ? 0 : c->seq_next;
         }
-        if (r.error().code != errc::map_full || attempted <= 1) {
-            StoreError e = std::move(r.error());
-            if (pruned > 0)
-                e.message += " (" + std::to_string(pruned) +
-                             " ids were pruned in smaller transactions first; prune again)";
-            return std::unexpected(std::move(e));
-        }
-        limit = attempted / 2;
-    }
+        if (auto p = impl_->put_u64(txn, meta_outbox_ids_current, g->slot, what); !p)
+            return std::unexpected(p.error());
+        if (auto p = impl_->put_u64(txn, meta_outbox_ids_older_below, g->older_below, what); !p)
+            return std::unexpected(p.error());
+        return dropped;
+    });
 }
 
 void Store::set_claimed(uint64_t seq_next) {

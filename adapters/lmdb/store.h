@@ -27,14 +27,14 @@ class CheckpointTxn;
 ///
 /// Operation: one LMDB environment (a directory: data.mdb + lock.mdb) with the named databases
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
-/// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` (id -> seq, the unique index),
-/// `outbox_id_seqs` (seq -> id, so prune_ids costs what it prunes), `outbox_windows`
+/// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` and `outbox_id_seqs` (id -> seq,
+/// the unique index in two generations, so that prune_ids drops a whole tree), `outbox_windows`
 /// (pipeline+key+window -> latest seq, for compaction; the entries of deleted rows are swept
 /// by later deletes, a few consecutive pages per commit) and `side` (seq -> pipeline, key, record;
 /// meta keeps the high-water log position of the side records, for their dedupe). Every write is
 /// one transaction committed with a full fsync: power loss costs at most the writes not yet
 /// returned, never integrity. A failed write leaves nothing behind (the txn is aborted), except
-/// that the deletes (outbox_delete, prune_ids, side_delete) split themselves into several
+/// that the deletes (outbox_delete, side_delete) split themselves into several
 /// transactions when the map is full: a failure may then leave part of them done.
 /// open() checks an existing store read-only before anything is written to it: a damaged store or
 /// one of an unknown format version is refused and left byte for byte as it was.
@@ -54,7 +54,7 @@ class CheckpointTxn;
 /// reach into a reserve of the map (1/32 of it, 32 to 1024 pages) that only deletes may use, so
 /// a full store can always be trimmed: delete rows (outbox, side, ids), then retry. A stale
 /// reader (below) can still pin enough freed pages to make even that fail: clear it first.
-/// outbox_ids grows with every row appended until prune_ids() is called.
+/// The id index grows with every row appended until prune_ids() is called.
 /// Reader slots: readers_max; a slot of a killed reader process stays taken, and pins the pages
 /// of its snapshot, until open() or check_stale_readers() clears it.
 class Store {
@@ -80,9 +80,10 @@ class Store {
     // formats are still read). 4: outbox rows may be version records, state may hold two
     // versions of a pipeline. 5: the engine writes window state in its compact encoding
     // (core/engine/state_codec.cpp; it reads the old one, and the first checkpoint after a
-    // restore rewrites those records in the new one).
+    // restore rewrites those records in the new one). 6: the id index is kept in two
+    // generations (outbox_id_seqs no longer maps seq -> id; open() empties it).
     // open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 5;
+    static constexpr uint64_t format_version = 6;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
@@ -121,9 +122,13 @@ class Store {
     /// In a full map the rows go in smaller transactions (halves, down to one row); an error
     /// (map_full, disk_full) may leave part of them deleted: delete them all again.
     StoreResult<void> outbox_delete(std::span<const uint64_t> seqs);
-    /// Forgets the ids of rows with seq < below_seq. Call with the outbox_seq_next of the last
-    /// committed checkpoint: replay from it can never regenerate those emissions. In a full map
-    /// it prunes in smaller transactions, like outbox_delete.
+    /// Forgets ids of rows with seq < below_seq, a generation at a time: new ids go into the
+    /// current generation; when every id of the older one is below below_seq, the older one is
+    /// dropped whole and the current one becomes the older (twice if the current one is covered
+    /// too). Call with the outbox_seq_next of the last committed checkpoint: replay from it can
+    /// never regenerate those emissions. An id is forgotten by the first prune_ids at or after
+    /// the one that covers every id appended before it; the cost is a tree drop (the pages are
+    /// freed, not rewritten), not a delete per id. Returns the number of ids forgotten.
     StoreResult<size_t> prune_ids(uint64_t below_seq);
     /// Claims every row with seq < seq_next (see outbox_peek); claims only move forward. Not
     /// needed for safety since outbox_peek claims what it returns. Starts at the seq_next found

@@ -26,8 +26,10 @@ namespace detail {
 inline constexpr const char* db_meta = "meta";
 inline constexpr const char* db_state = "state";
 inline constexpr const char* db_outbox = "outbox";
+// The id index in two generations (outbox.cpp, prune_ids). The second keeps the name it had up
+// to format 5, when it mapped seq -> id; open() empties it when it upgrades such a store.
 inline constexpr const char* db_outbox_ids = "outbox_ids";
-inline constexpr const char* db_outbox_id_seqs = "outbox_id_seqs";
+inline constexpr const char* db_outbox_ids_b = "outbox_id_seqs";
 inline constexpr const char* db_outbox_windows = "outbox_windows";
 inline constexpr const char* db_side = "side";
 inline constexpr unsigned named_dbs = 7;
@@ -40,6 +42,10 @@ inline constexpr std::string_view meta_outbox_bytes = "outbox_bytes";
 inline constexpr std::string_view meta_outbox_dropped = "outbox_dropped";
 inline constexpr std::string_view meta_outbox_duplicates = "outbox_duplicates_skipped";
 inline constexpr std::string_view meta_outbox_compacted = "outbox_compacted";
+// Which id generation takes new ids (0: outbox_ids, 1: outbox_id_seqs), and the outbox seq_next
+// when the other one stopped taking them (every id in it has a lower seq; 0: it is empty).
+inline constexpr std::string_view meta_outbox_ids_current = "outbox_ids_current";
+inline constexpr std::string_view meta_outbox_ids_older_below = "outbox_ids_older_below";
 inline constexpr std::string_view meta_side_seq_next = "side_seq_next";
 inline constexpr std::string_view meta_side_bytes = "side_bytes";
 inline constexpr std::string_view meta_side_dropped = "side_dropped";
@@ -68,7 +74,8 @@ inline std::string_view view(const MDB_val& v) {
 struct Store::Impl {
     std::string dir;
     MDB_env* env = nullptr;
-    MDB_dbi meta = 0, state = 0, outbox = 0, ids = 0, id_seqs = 0, windows = 0, side = 0;
+    MDB_dbi meta = 0, state = 0, outbox = 0, windows = 0, side = 0;
+    MDB_dbi ids[2] = {0, 0};  // the id index's two generations (outbox.cpp, prune_ids)
     // The map in pages, and the part of it that writes which add data leave free (see
     // check_reserve). Set by open().
     uint64_t map_pages = 0;

@@ -15,6 +15,7 @@ using namespace tidemark::lmdb;
 using tidemark::core::EmissionKind;
 using tidemark::lmdb::test::be64;
 using tidemark::lmdb::test::le64;
+using tidemark::lmdb::test::raw_entries;
 using tidemark::lmdb::test::raw_get;
 using tidemark::lmdb::test::raw_put;
 using tidemark::lmdb::test::TempDir;
@@ -234,4 +235,50 @@ TEST_CASE("the checkpoint meta keeps its bytes: node_id where config_fingerprint
     REQUIRE(m);
     CHECK(m->log_offset == 42);
     CHECK(m->node_id == "gw-01");
+}
+
+TEST_CASE("a format 5 store's id index (ids, and seq -> id) becomes two id generations",
+          "[lmdb][outbox]") {
+    TempDir tmp;
+    uint64_t seq_next = 0;
+    std::vector<uint64_t> seqs;
+    {
+        auto s = open_store(tmp.store());
+        std::vector<OutboxRow> rows(3);
+        for (uint64_t i = 0; i < rows.size(); ++i) {
+            rows[i].id = 100 + i;
+            rows[i].pipeline = "p";
+            rows[i].key = "k" + std::to_string(i);
+        }
+        REQUIRE(s->outbox_append(rows));
+        const std::vector<OutboxRow> stored = s->outbox_peek(0, 10).value();
+        for (const OutboxRow& r : stored)
+            seqs.push_back(r.seq);
+        seq_next = s->outbox_stats().value().seq_next;
+    }
+    // What format 5 kept beside outbox_ids (id -> seq): outbox_id_seqs, seq -> id.
+    REQUIRE(seqs.size() == 3);
+    for (size_t i = 0; i < seqs.size(); ++i)
+        raw_put(tmp.store(), "outbox_id_seqs", be64(seqs[i]), be64(100 + i));
+    raw_put(tmp.store(), "meta", "format_version", le64(5));
+
+    auto s = open_store(tmp.store());
+    CHECK(raw_get(tmp.store(), "meta", "format_version") == le64(Store::format_version));
+    // The seq -> id entries are gone (read as ids they would make seqs look like known ids)...
+    s.reset();
+    CHECK(raw_entries(tmp.store(), "outbox_id_seqs") == 0);
+    s = open_store(tmp.store());
+    // ... and the ids are still known, until a checkpoint covers them.
+    OutboxRow again;
+    again.id = 101;
+    again.pipeline = "p";
+    again.key = "k1";
+    CHECK(s->outbox_append(std::span<const OutboxRow>(&again, 1)).value().duplicates_skipped == 1);
+    OutboxRow seq_as_id = again;
+    seq_as_id.id = seqs[0];
+    CHECK(s->outbox_append(std::span<const OutboxRow>(&seq_as_id, 1)).value().appended == 1);
+    // A checkpoint that covers the old rows but not the new one keeps the generation holding both.
+    CHECK(s->prune_ids(seq_next).value() == 0);
+    CHECK(s->prune_ids(s->outbox_stats().value().seq_next).value() == 4);
+    CHECK(s->outbox_append(std::span<const OutboxRow>(&again, 1)).value().appended == 1);
 }

@@ -119,13 +119,49 @@ TEST_CASE("a regenerated emission is skipped, also after delete and reopen", "[l
     CHECK(ids_of(*s) == std::vector<uint64_t>{2, 3});
     CHECK(s->outbox_stats()->duplicates_skipped == 2);
 
-    // Ids below a checkpoint's seq can never be regenerated: pruned, they are forgotten.
+    // Ids below a checkpoint's seq can never be regenerated; they are forgotten a generation at
+    // a time. A checkpoint that covers row 1 only: the generation of ids 1-3 stays whole.
     auto pruned = s->prune_ids(first_seq + 1);
     REQUIRE(pruned);
-    CHECK(*pruned == 1);
+    CHECK(*pruned == 0);
     auto b = append(*s, {row(1, "a", 0, 0, k_final), row(2, "b", 0, 0, k_final)});
-    CHECK(b.appended == 1);  // id 1 is new again; id 2 still known
-    CHECK(b.duplicates_skipped == 1);
+    CHECK(b.appended == 0);
+    CHECK(b.duplicates_skipped == 2);
+    // Id 4 goes into the new generation; a checkpoint covering rows 1-3 drops ids 1-3 only.
+    CHECK(append(*s, {row(4, "d", 0, 0, k_final)}).appended == 1);
+    pruned = s->prune_ids(first_seq + 3);
+    REQUIRE(pruned);
+    CHECK(*pruned == 3);
+    auto c = append(*s, {row(1, "a", 0, 0, k_final), row(4, "d", 0, 0, k_final)});
+    CHECK(c.appended == 1);  // id 1 is new again; id 4 still known
+    CHECK(c.duplicates_skipped == 1);
+}
+
+TEST_CASE("a checkpoint covering every row forgets every id, in one drop per generation",
+          "[lmdb][outbox]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    // Two generations' worth: 20k ids, a prune that covers the first 10k, 10k more.
+    std::vector<OutboxRow> rows;
+    for (uint64_t id = 1; id <= 20'000; ++id) {
+        rows.push_back(row(id * 7919, "k" + std::to_string(id), 0, 0, k_final));
+        if (rows.size() == 1000) {
+            append(*s, std::move(rows));
+            rows.clear();
+        }
+        if (id == 10'000) {
+            const uint64_t seq_next = s->outbox_stats()->seq_next;
+            CHECK(s->prune_ids(seq_next).value() == 10'000);  // nothing after them: all go
+        }
+    }
+    const uint64_t seq_next = s->outbox_stats()->seq_next;
+    // A checkpoint that does not cover the last row keeps the generation holding it.
+    CHECK(s->prune_ids(seq_next - 1).value() == 0);
+    CHECK(append(*s, {row(20'000 * 7919, "k", 0, 0, k_final)}).duplicates_skipped == 1);
+    CHECK(s->prune_ids(seq_next).value() == 10'000);
+    CHECK(append(*s, {row(20'000 * 7919, "k", 0, 0, k_final)}).appended == 1);
+    s.reset();
+    CHECK(raw_entries(tmp.store(), "outbox_ids") + raw_entries(tmp.store(), "outbox_id_seqs") == 1);
 }
 
 TEST_CASE("when_full = drop_oldest drops the oldest rows and counts them", "[lmdb][outbox]") {
