@@ -45,7 +45,8 @@ namespace {
 using namespace tidemark;
 using Steady = std::chrono::steady_clock;
 
-constexpr size_t step_records_max = 4096;  // runtime.cpp's
+constexpr size_t step_records_max = 4096;       // runtime.cpp's
+constexpr size_t backfill_records_max = 65536;  // runtime.cpp's
 constexpr auto idle_sleep = std::chrono::milliseconds(20);
 constexpr auto backfill_wait_sleep = std::chrono::milliseconds(2);
 constexpr int replay_repetitions = 3;
@@ -292,7 +293,7 @@ LiveRun run_live(firmware::EngineHost& host, const core::Clock& clock, const Opt
             if (backfill_t0 == Steady::time_point{}) backfill_t0 = Steady::now();
         }
         const auto b0 = Steady::now();
-        auto backfilled = host.backfill_step(step_records_max);
+        auto backfilled = host.backfill_step(backfill_records_max);
         if (!backfilled) die("backfill_step: " + backfilled.error().message);
         out.backfill_records += *backfilled;
         const auto b1 = Steady::now();

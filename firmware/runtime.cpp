@@ -25,6 +25,10 @@ namespace {
 
 // Bounds of one engine step: records read before the outbox batch is committed.
 constexpr size_t step_records_max = 4096;
+// A backfill slice is bounded by its time (backfill.max_share, max_live_delay), not by this:
+// the larger the slice, the fewer outbox commits (each with its fsync) per record. 4096 gave
+// vs_replay 0.12-0.17, 65536 0.24 (docs/BENCHMARKS.md, Backfill).
+constexpr size_t backfill_records_max = 65536;
 // While the disk is full, log segments before the checkpoint are trimmed at most this often:
 // each attempt lists the log directory, and what a full disk frees comes back only as the
 // forwarder drains or retention ages segments out, not within a loop turn.
@@ -305,7 +309,7 @@ Result<void> Service::loop() {
             spdlog::critical("engine: {}", step.error().message);
             return std::unexpected(step.error());
         }
-        auto backfilled = sp.backfill_step(step_records_max);
+        auto backfilled = sp.backfill_step(backfill_records_max);
         if (!backfilled) {
             spdlog::critical("backfill: {}", backfilled.error().message);
             return std::unexpected(backfilled.error());
