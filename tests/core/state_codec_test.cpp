@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/bytes.h"
@@ -217,32 +218,49 @@ TEST_CASE("compact doubles round-trip every bit in as few bytes as the value all
     CHECK_FALSE(core::bytes::get_f64_compact(truncated, v));
 }
 
-// Found by fuzz_stored_bytes: a damaged fired_through made next_fire() overflow (UBSan), and a
-// fired window holding the wrong number of values made a retraction with the wrong shape (the
-// firmware's result encoder asserts one value per aggregate). Both are refused at restore.
-TEST_CASE("damaged fired windows in a key's meta record are refused", "[engine]") {
-    const auto spec = tumbling_spec();
-    Driver fresh(spec);
-    fresh.feed_all(part_a());
-    MapWriter store;
-    fresh.engine->checkpoint(store);
-    std::string meta_key;
-    std::string partition;
-    for (const auto& [k, v] : store.data)
-        if (is_key_meta(k)) meta_key = k, partition = stored_partition(v);
-    REQUIRE(!meta_key.empty());
-    const std::vector<std::optional<double>> one{1.0, 2.0, 3.0};  // make_spec: 3 aggregates
-    const auto restores = [&](const std::string& meta) {
-        auto data = store.data;
-        data[meta_key] = meta;
-        Driver d(spec);
+namespace {
+
+// A store checkpointed after part_a, whose one key's meta record is replaced before a restore.
+class MetaReplaced {
+  public:
+    explicit MetaReplaced(core::PipelineSpec spec) : spec_(std::move(spec)) {
+        Driver fresh(spec_);
+        fresh.feed_all(part_a());
+        fresh.engine->checkpoint(store_);
+        for (const auto& [k, v] : store_.data)
+            if (is_key_meta(k)) meta_key_ = k, partition = stored_partition(v);
+        REQUIRE(!meta_key_.empty());
+    }
+    std::string partition;  // of the replaced key
+    // Whether the store restores with `meta` as the key's record; the refusal names the cause.
+    bool restores(const std::string& meta) const {
+        auto data = store_.data;
+        data[meta_key_] = meta;
+        Driver d(spec_);
         for (const auto& [k, v] : data)
             if (!d.engine->restore_entry(k, v)) return false;
         auto finished = d.engine->restore_finish();
         if (!finished) CHECK(finished.error().message.find("fired windows") != std::string::npos);
         return finished.has_value();
-    };
-    REQUIRE(spec.aggregates.size() == one.size());
+    }
+
+  private:
+    core::PipelineSpec spec_;
+    MapWriter store_;
+    std::string meta_key_;
+};
+
+}  // namespace
+
+// Found by fuzz_stored_bytes: a damaged fired_through made next_fire() overflow (UBSan), and a
+// fired window holding the wrong number of values made a retraction with the wrong shape (the
+// firmware's result encoder asserts one value per aggregate). Both are refused at restore.
+TEST_CASE("damaged fired windows in a key's meta record are refused", "[engine]") {
+    const MetaReplaced store(tumbling_spec());
+    const std::string& partition = store.partition;
+    const auto restores = [&](const std::string& meta) { return store.restores(meta); };
+    const std::vector<std::optional<double>> one{1.0, 2.0, 3.0};  // make_spec: 3 aggregates
+    REQUIRE(tumbling_spec().aggregates.size() == one.size());
     // The undamaged shapes restore: nothing fired yet, or a window of the grid with its values.
     CHECK(restores(key_meta(partition, INT64_MIN, {})));
     CHECK(restores(key_meta(partition, 120'000, {{60'000, 120'000, 0, one}})));
@@ -269,25 +287,9 @@ TEST_CASE("damaged fired windows in a key's meta record are refused", "[engine]"
 }
 
 TEST_CASE("a session key's meta record holds no fired windows", "[engine]") {
-    const auto spec = session_spec();
-    Driver fresh(spec);
-    fresh.feed_all(part_a());
-    MapWriter store;
-    fresh.engine->checkpoint(store);
-    std::string meta_key;
-    std::string partition;
-    for (const auto& [k, v] : store.data)
-        if (is_key_meta(k)) meta_key = k, partition = stored_partition(v);
-    REQUIRE(!meta_key.empty());
-    const auto restores = [&](const std::string& meta) {
-        auto data = store.data;
-        data[meta_key] = meta;
-        Driver d(spec);
-        for (const auto& [k, v] : data)
-            if (!d.engine->restore_entry(k, v)) return false;
-        return d.engine->restore_finish().has_value();
-    };
-    CHECK(restores(key_meta(partition, INT64_MIN, {})));
-    CHECK_FALSE(restores(key_meta(partition, 120'000, {})));
-    CHECK_FALSE(restores(key_meta(partition, INT64_MIN, {{0, 10'000, 0, {1.0, 2.0, 3.0}}})));
+    const MetaReplaced store(session_spec());
+    CHECK(store.restores(key_meta(store.partition, INT64_MIN, {})));
+    CHECK_FALSE(store.restores(key_meta(store.partition, 120'000, {})));
+    CHECK_FALSE(
+        store.restores(key_meta(store.partition, INT64_MIN, {{0, 10'000, 0, {1.0, 2.0, 3.0}}})));
 }
