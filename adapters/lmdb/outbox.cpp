@@ -151,9 +151,10 @@ StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::
 StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
     Store::Impl& impl = b.impl;
     const std::string id_key = u64_key(row.id);
-    for (const MDB_dbi ids : {b.ids.current, b.ids.older}) {
-        if (ids == b.ids.older && b.ids.older_below == 0) break;  // empty
-        auto seen = impl.get(b.txn, ids, id_key, append_what);
+    const MDB_dbi generations[] = {b.ids.current, b.ids.older};
+    const size_t looked_in = b.ids.older_below == 0 ? 1 : 2;  // 0: the older one is empty
+    for (size_t i = 0; i < looked_in; ++i) {
+        auto seen = impl.get(b.txn, generations[i], id_key, append_what);
         if (!seen) return std::unexpected(seen.error());
         if (*seen) {
             ++b.result.duplicates_skipped;

@@ -49,6 +49,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace tidemark::log {
 
 enum class RecordType : uint8_t {
@@ -90,9 +92,9 @@ inline constexpr uint64_t anchor_body_bytes = 128;
 inline constexpr uint64_t anchor_frame_bytes = frame_header_bytes + anchor_body_bytes;
 inline constexpr uint64_t anchor_payload_bytes = anchor_body_bytes - body_prefix_bytes;
 inline constexpr uint8_t compact_format = 2;
-/// A compact frame's body before its topic and payload: type, ingest delta (a varint of up to
-/// 10 bytes), topic id and topic length (varints of up to 3 bytes each).
-inline constexpr uint64_t compact_body_head_bytes_max = 1 + 10 + 3 + 3;
+/// A compact frame's body before its topic and payload: type, ingest delta (any varint), topic
+/// id and topic length (varints of up to 3 bytes each).
+inline constexpr uint64_t compact_body_head_bytes_max = 1 + core::bytes::varint_bytes_max + 3 + 3;
 /// A compact frame's smallest: 1-byte length, CRC, type, 1-byte ingest delta, 1-byte id.
 inline constexpr uint64_t compact_frame_bytes_min = 1 + 4 + 1 + 1 + 1;
 /// The writer repeats the anchor (and the topic definitions after it) at least this often.

@@ -25,7 +25,7 @@ inline constexpr int64_t time_max = std::numeric_limits<int64_t>::max();
 // (under 2^48 ms), watermarks and ingest times no further, and the window arithmetic
 // (t - size, t + advance + size) has room past the bound without overflow.
 inline constexpr int64_t stored_time_abs_max = int64_t{1} << 62;
-TM_HOT bool stored_time_fits(int64_t t) {
+constexpr bool stored_time_fits(int64_t t) {
     return t >= -stored_time_abs_max && t <= stored_time_abs_max;
 }
 
