@@ -151,6 +151,7 @@ class EngineHost {
     void queue_version_record(const VersionEntry& entry);
     void queue_version_records();
     uint64_t retention_offset() const;
+    int64_t live_ingest_ms() const;  // the newest record the live processor read; 0 none
 
     config::Config config_;       // as wanted (reconfigure replaces it)
     config::Config live_config_;  // what processor_ runs

@@ -133,6 +133,8 @@ void EngineHost::queue_version_records() {
             const int64_t oldest =
                 index >= 0 ? processor_->min_event_ms(static_cast<uint32_t>(index)) : INT64_MAX;
             e.since_ms = oldest == INT64_MAX ? 0 : oldest;
+            // Adopted at the store's first start: live from the newest record recovery read.
+            e.switch_ms = live_ingest_ms();
         }
         queue_version_record(e);
     }
@@ -143,7 +145,7 @@ void EngineHost::queue_version_record(const VersionEntry& e) {
     row.id = version_record_id(config_.node_id, e.name, e.live_version);
     row.pipeline = e.name;
     row.version_record = true;
-    row.payload = version_record_json(e);
+    row.payload = version_record_json(config_.node_id, e);
     std::erase_if(version_rows_, [&](const lmdb::OutboxRow& r) { return r.id == row.id; });
     version_rows_.push_back(std::move(row));
 }
@@ -220,6 +222,10 @@ void EngineHost::write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next)
     }
 }
 
+int64_t EngineHost::live_ingest_ms() const {
+    return processor_ ? processor_->newest_ingest_ms() : 0;
+}
+
 uint64_t EngineHost::retention_offset() const {
     uint64_t offset = checkpoint_.log_offset;
     for (const VersionEntry& e : registry_.entries)
@@ -282,6 +288,9 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
         e.live_version = run.version();
         e.live_definition = run.definition();
         e.since_ms = run.since_ms() != INT64_MAX ? run.since_ms() : 0;
+        // The run has read the log up to the live position: its newest record is the one at
+        // which it takes over.
+        e.switch_ms = run.processor().newest_ingest_ms();
         e.record_pending = true;
         e.backfill_version.clear();
         e.backfill_definition.clear();

@@ -134,4 +134,11 @@ Result<void> Processor::restore_finish() {
     return engine_->restore_finish();
 }
 
+int64_t Processor::newest_ingest_ms() const {
+    int64_t newest = 0;
+    for (uint32_t i = 0; i < engine_->pipelines().size(); ++i)
+        newest = std::max(newest, engine_->stats(i).ingest_ms);
+    return newest;
+}
+
 }  // namespace tidemark::firmware

@@ -65,6 +65,9 @@ class Processor {
     /// The oldest event time this processor fed to a pipeline (as decoded, before clamping),
     /// INT64_MAX before any: what a version record's since_ms covers. Not stored.
     int64_t min_event_ms(uint32_t pipeline) const { return min_event_ms_[pipeline]; }
+    /// The ingest time of the newest record the engine has read (restored with its state);
+    /// 0 before any.
+    int64_t newest_ingest_ms() const;
     /// Records logged as malformed by ingest (oversized), over all pipelines.
     uint64_t malformed_records() const { return malformed_records_; }
 

@@ -12,7 +12,8 @@ namespace tidemark::firmware {
 namespace bytes = core::bytes;
 
 namespace {
-constexpr uint8_t registry_encoding = 1;
+// 2 added switch_ms after since_ms; 1 (without it) is read as switch_ms 0.
+constexpr uint8_t registry_encoding = 2;
 }  // namespace
 
 VersionEntry* VersionRegistry::find(std::string_view name) {
@@ -45,6 +46,7 @@ std::string VersionRegistry::encode() const {
                                      &e.backfill_version, &e.backfill_definition})
             bytes::put_str(out, *s);
         bytes::put_i64(out, e.since_ms);
+        bytes::put_i64(out, e.switch_ms);
         out.push_back(e.record_pending ? 1 : 0);
         bytes::put_u64(out, e.backfill_offset);
         bytes::put_i64(out, e.backfill_from_ms);
@@ -57,7 +59,9 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
     const auto damaged = [] { return fail("the stored pipeline versions are damaged"); };
     VersionRegistry r;
     uint32_t n = 0;
-    if (in.empty() || static_cast<uint8_t>(in[0]) != registry_encoding) return damaged();
+    if (in.empty()) return damaged();
+    const auto encoding = static_cast<uint8_t>(in[0]);
+    if (encoding != 1 && encoding != registry_encoding) return damaged();
     in.remove_prefix(1);
     if (!bytes::get_u32(in, n) || n > 4096) return damaged();
     for (uint32_t i = 0; i < n; ++i) {
@@ -68,8 +72,9 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
             if (!bytes::get_str(in, v)) return damaged();
             *s = std::string(v);
         }
-        if (!bytes::get_i64(in, e.since_ms) || in.empty() || static_cast<uint8_t>(in[0]) > 1)
-            return damaged();
+        if (!bytes::get_i64(in, e.since_ms)) return damaged();
+        if (encoding >= 2 && !bytes::get_i64(in, e.switch_ms)) return damaged();
+        if (in.empty() || static_cast<uint8_t>(in[0]) > 1) return damaged();
         e.record_pending = in[0] != 0;
         in.remove_prefix(1);
         if (!bytes::get_u64(in, e.backfill_offset) || !bytes::get_i64(in, e.backfill_from_ms) ||
@@ -94,12 +99,24 @@ std::string backfill_state_name(std::string_view pipeline, std::string_view vers
     return std::string(pipeline) + "@" + std::string(version);
 }
 
-std::string version_record_json(const VersionEntry& e) {
+std::string version_record_json(std::string_view node, const VersionEntry& e) {
     nlohmann::ordered_json j;
+    j["node"] = node;
+    j["pipeline"] = e.name;
     j["version"] = e.live_version;
     j["since_ms"] = e.since_ms;
     j["previous"] =
         e.previous.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.previous);
+    j["switch_ms"] = e.switch_ms;
+    // The definition was written by this build's config reader: an object of aggregates, each
+    // with its "fn". Anything else would be a store this version's state could not restore.
+    auto& aggregates = j["aggregates"] = nlohmann::ordered_json::object();
+    const auto definition = nlohmann::ordered_json::parse(e.live_definition, nullptr, false);
+    if (definition.is_object() && definition.contains("aggregates") &&
+        definition["aggregates"].is_object())
+        for (const auto& [name, aggregate] : definition["aggregates"].items())
+            if (aggregate.is_object() && aggregate.contains("fn") && aggregate["fn"].is_string())
+                aggregates[name] = aggregate["fn"];
     return j.dump();
 }
 

@@ -23,10 +23,13 @@ inline constexpr std::string_view versions_key = "\x03versions";
 /// One pipeline's versions. A pipeline that has only ever backfilled has no live version yet.
 struct VersionEntry {
     std::string name;
-    std::string live_version;      // empty: none runs live yet
-    std::string live_definition;   // its JSON object (PipelineConfig::definition)
-    std::string previous;          // the version live before it, for the version record
-    int64_t since_ms = 0;          // the oldest event time its results cover (0: none)
+    std::string live_version;     // empty: none runs live yet
+    std::string live_definition;  // its JSON object (PipelineConfig::definition)
+    std::string previous;         // the version live before it, for the version record
+    int64_t since_ms = 0;         // the oldest event time its results cover (0: none)
+    // The ingest time of the log record at which the live version became live (its first
+    // start, or the switch): how a consumer orders two version records of one pipeline.
+    int64_t switch_ms = 0;
     bool record_pending = false;   // its version record is not yet in the outbox
     std::string backfill_version;  // empty: no backfill
     std::string backfill_definition;
@@ -55,9 +58,11 @@ Result<std::optional<VersionRegistry>> read_registry(lmdb::Store& store);
 /// The state name of a backfilling version: its state lives apart from the live version's.
 std::string backfill_state_name(std::string_view pipeline, std::string_view version);
 
-/// The retained record on the results topic + "/version" that names the version consumers read:
-/// {"version": ..., "since_ms": ..., "previous": ... or null}.
-std::string version_record_json(const VersionEntry& entry);
+/// The retained record on the results topic + "/version" that names the version consumers read
+/// (DESIGN.md section 4): {"node", "pipeline", "version", "since_ms", "previous" (or null),
+/// "switch_ms", "aggregates": {name: fn, ...}}, the aggregates in config order, read from the
+/// live version's stored definition.
+std::string version_record_json(std::string_view node, const VersionEntry& entry);
 
 /// A stable id for a version record (node, pipeline, version), so that one appended again after
 /// a crash is skipped by the outbox's id index.

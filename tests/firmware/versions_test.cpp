@@ -4,6 +4,7 @@
 // LMDB, no broker (tests/integration/versions_test.cpp has the daemon and brokers).
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,6 +154,20 @@ TEST_CASE("a changed pipeline backfills beside the live version, then switches",
     const std::string& record = rows[records[1]].payload;
     CHECK(record.find(R"("version":")" + v2 + R"(","since_ms":1000000,"previous":")" + v1) !=
           std::string::npos);
+    // DESIGN.md section 4: the node and pipeline it speaks for, the ingest time of the record
+    // at which the switch happened (the newest record read before it: message 399; the first
+    // start read none), and what
+    // each value is, so that a sink can order two records and type its columns.
+    const auto first = nlohmann::json::parse(rows[records[0]].payload);
+    const auto second = nlohmann::json::parse(record);
+    for (const auto* j : {&first, &second}) {
+        CHECK(j->at("node") == before.node_id);
+        CHECK(j->at("pipeline") == "p");
+        CHECK(j->at("aggregates") == nlohmann::json::parse(R"({"n": "count", "s": "sum"})"));
+    }
+    CHECK(first.at("switch_ms") == 0);  // live from the store's first start, before any record
+    CHECK(second.at("switch_ms") == 1'000'000 + 399 * 1'000);
+    CHECK(second.at("switch_ms") > first.at("switch_ms"));
     size_t v2_after = 0;
     for (size_t i = records[1]; i < rows.size(); ++i)
         if (rows[i].payload.find(v2) != std::string::npos && !rows[i].version_record) ++v2_after;

@@ -432,13 +432,20 @@ struct Timer {
     }
 };
 
-// A version record: {"version": V, "since_ms": N, "previous": P | null}.
+// A version record (DESIGN.md section 4): {"node", "pipeline", "version": V, "since_ms": N,
+// "previous": P | null, "switch_ms", "aggregates": {name: fn}}.
 void check_version_record(const Seen& r, const std::string& version,
                           const std::optional<std::string>& previous) {
     INFO("version record " << r.payload);
     REQUIRE(r.json.is_object());
     CHECK(r.json.at("version") == version);
     CHECK(r.json.at("since_ms").is_number_integer());
+    CHECK(r.json.at("node").is_string());
+    CHECK(r.json.at("pipeline").is_string());
+    CHECK(r.json.at("switch_ms").is_number_integer());
+    CHECK(r.json.at("aggregates").is_object());
+    for (const auto& [name, fn] : r.json.at("aggregates").items())
+        CHECK(fn.is_string());
     if (previous) {
         CHECK(r.json.at("previous") == *previous);
     } else {
@@ -512,6 +519,9 @@ std::string check_widened(WidenScene& s, bool resends_possible) {
     CHECK(is_version_text(new_version));
     CHECK(new_version != s.old_version);
     check_version_record(records[1], new_version, s.old_version);
+    // A sink orders the two by switch_ms.
+    CHECK(records[1].json.at("switch_ms").get<int64_t>() >
+          records[0].json.at("switch_ms").get<int64_t>());
 
     // The old version emits nothing after the switch's record; the new one emitted its
     // backfill before it and its live results after it.
