@@ -103,10 +103,8 @@ void PipelineRun::side_output(EmissionSink& sink, std::string_view key, const Ev
 // and the window it would have opened (the newest one holding it, for slices).
 bool PipelineRun::event_too_late(const KeyState* k, int64_t t, int64_t wm) const {
     if (wm == time_min) return false;
+    if (session_) return session_too_late(k, t, wm);
     const auto [start, end] = new_event_window(t);
-    if (session_ && k)  // a session it joins is not too late for it
-        for (const Unit& u : k->units)
-            if (u.start < end && u.end > start) return false;
     return sat_add(end, lateness_ms_) <= wm;
 }
 std::pair<int64_t, int64_t> PipelineRun::new_event_window(int64_t t) const {

@@ -144,15 +144,20 @@ class PipelineRun {
     bool refire_late(KeyState& k, int64_t t, int64_t wm, EmissionSink& sink);
 
     // --- sessions (sessions.h, sessions.cpp) -------------------------------------------------
-    // The sessions of a key that an event at t joins: [first, last) in start order.
+    // The sessions of a key that an event at t joins: [first, last) in start order. When it
+    // joins none (first == last), `own_end` is where its own session ends: t + gap, cut at
+    // max_duration and where the next session starts. An event can overlap a session and
+    // still join none (the span would pass max_duration): its own window decides whether it is
+    // too late, not the one it overlaps.
     struct SessionSpan {
         size_t first = 0;
         size_t last = 0;
-        bool overlapped = false;  // the event falls inside or between existing sessions
+        int64_t own_end = 0;
     };
     int64_t session_due(const KeyState& k) const;
     void session_due_reached(KeyState& k, int64_t due, Domain& d, EmissionSink& sink);
-    SessionSpan session_span(const KeyState& k, int64_t t, int64_t t_end) const;
+    SessionSpan session_span(const KeyState* k, int64_t t, int64_t t_end) const;
+    bool session_too_late(const KeyState* k, int64_t t, int64_t wm) const;
     void session_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
                        const Event& event, EmissionSink& sink);
     void session_merge(KeyState& k, SessionSpan span, int64_t start, int64_t end, int64_t last_ms,

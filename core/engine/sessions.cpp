@@ -36,11 +36,13 @@ void PipelineRun::session_due_reached(KeyState& k, int64_t due, Domain& d, Emiss
 // and a session spans less than max_duration: join all it overlaps if that fits; else the one
 // holding t (it always fits); else the first one if that fits; else a session of its own, cut
 // where the next one starts. Inlined: it runs for every event of a session pipeline.
-TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState& k, int64_t t,
+TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState* k, int64_t t,
                                                           int64_t t_end) const {
     const int64_t max_duration = spec_.window.max_duration_ms;
-    const auto& units = k.units;
     SessionSpan span;
+    span.own_end = std::min(t_end, sat_add(t, max_duration));
+    if (!k) return span;
+    const auto& units = k->units;
     size_t& first = span.first;
     size_t& last = span.last;
     while (first < units.size() && units[first].end <= t)
@@ -48,20 +50,28 @@ TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState& k, int
     last = first;
     while (last < units.size() && units[last].start < t_end)
         ++last;
-    span.overlapped = first != last;
     const auto fits = [&](size_t a, size_t b) {
         int64_t low = std::min(t, units[a].start), high = t;
         for (size_t i = a; i < b; ++i)
             high = std::max(high, units[i].last_ms);
         return high - low < max_duration;
     };
-    if (span.overlapped && !fits(first, last)) {
+    if (first != last && !fits(first, last)) {
         if (units[first].start <= t || fits(first, first + 1))
             last = first + 1;
         else
             last = first;
     }
+    if (first == last && last < units.size())
+        span.own_end = std::min(span.own_end, units[last].start);
     return span;
+}
+
+// A session it joins is kept for its lateness: not too late for it. One it only overlaps does
+// not count (see SessionSpan).
+bool PipelineRun::session_too_late(const KeyState* k, int64_t t, int64_t wm) const {
+    const SessionSpan span = session_span(k, t, sat_add(t, spec_.window.gap_ms));
+    return span.first == span.last && sat_add(span.own_end, lateness_ms_) <= wm;
 }
 
 void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p, Domain& d,
@@ -70,10 +80,10 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
     const int64_t gap = spec_.window.gap_ms;
     const int64_t max_duration = spec_.window.max_duration_ms;
     const int64_t t_end = sat_add(t, gap);
-    const SessionSpan span = k ? session_span(*k, t, t_end) : SessionSpan{};
+    const SessionSpan span = session_span(k, t, t_end);
     const size_t first = span.first, last = span.last;
-    if (!span.overlapped && wm != time_min && sat_add(t_end, lateness_ms_) <= wm) {
-        too_late(sink, key, event, t, t, t_end, wm);
+    if (first == last && wm != time_min && sat_add(span.own_end, lateness_ms_) <= wm) {
+        too_late(sink, key, event, t, t, span.own_end, wm);
         return;
     }
     k = admit_key(k, key, p, d, event, t, sink);

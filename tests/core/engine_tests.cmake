@@ -6,3 +6,5 @@ tm_test(core_engine_lifecycle_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_li
         LIBS tidemark_core LABELS fast)
 tm_test(core_state_codec_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/state_codec_test.cpp
         LIBS tidemark_core LABELS fast)
+tm_test(core_engine_crossings_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_crossings_test.cpp
+        LIBS tidemark_core LABELS fast)

@@ -229,6 +229,30 @@ void ReferenceModel::side_output(const Record& record, int64_t t, const std::str
     side.push_back(s);
 }
 
+// The sessions an event at t joins: every session its [t, t + gap) overlaps, if the whole
+// stays shorter than max_duration; else the one holding t; else the first it overlaps if that
+// alone fits; else none (it gets a session of its own).
+std::vector<size_t> ReferenceModel::session_join(const Key& key, int64_t t) const {
+    const int64_t gap = spec_.window.gap_ms;
+    const int64_t max_duration = spec_.window.max_duration_ms;
+    std::vector<size_t> overlapping;
+    for (size_t i = 0; i < key.sessions.size(); ++i)
+        if (t < key.sessions[i].end && t + gap > key.sessions[i].start) overlapping.push_back(i);
+    auto span_with = [&](const std::vector<size_t>& which) {
+        int64_t lo = t, hi = t;
+        for (size_t i : which) {
+            lo = std::min(lo, key.sessions[i].earliest());
+            hi = std::max(hi, key.sessions[i].latest());
+        }
+        return hi - lo;
+    };
+    if (overlapping.empty() || span_with(overlapping) < max_duration) return overlapping;
+    for (size_t i : overlapping)
+        if (key.sessions[i].start <= t && t < key.sessions[i].end) return {i};
+    if (span_with({overlapping.front()}) < max_duration) return {overlapping.front()};
+    return {};
+}
+
 void ReferenceModel::recompute_session_ends(Key& key) const {
     for (auto& s : key.sessions)
         s.start = s.earliest();
@@ -364,13 +388,18 @@ void ReferenceModel::apply_event(const Record& record) {
         late_start = starts.back();
         late_end = window_end(late_start);
     } else {
-        bool overlaps = false;
-        if (kit != keys_.end())
-            for (const auto& s : kit->second.sessions)
-                if (t < s.end && t + spec_.window.gap_ms > s.start) overlaps = true;
-        too_late = !overlaps && t + spec_.window.gap_ms + lateness <= wd;
+        // A session it joins (any, fired or not: fired ones are kept inside their lateness)
+        // takes it. Joining none, it opens a session of its own, which may be cut short by
+        // max_duration and by the next session's start even when it overlaps one it could not
+        // join: that own window decides.
+        static const Key no_key;
+        const Key& k = kit != keys_.end() ? kit->second : no_key;
+        int64_t own_end = std::min(t + spec_.window.gap_ms, t + spec_.window.max_duration_ms);
+        for (const auto& s : k.sessions)
+            if (s.start > t) own_end = std::min(own_end, s.start);
+        too_late = session_join(k, t).empty() && own_end + lateness <= wd;
         late_start = t;
-        late_end = t + spec_.window.gap_ms;
+        late_end = own_end;
     }
 
     auto touch_partition = [&] {
@@ -459,34 +488,12 @@ void ReferenceModel::apply_event(const Record& record) {
 
     // Sessions.
     const int64_t gap = spec_.window.gap_ms;
-    const int64_t max_duration = spec_.window.max_duration_ms;
     std::vector<size_t> overlapping;
     for (size_t i = 0; i < key.sessions.size(); ++i)
         if (t < key.sessions[i].end && t + gap > key.sessions[i].start) overlapping.push_back(i);
-    auto span_with = [&](const std::vector<size_t>& which) {
-        int64_t lo = t, hi = t;
-        for (size_t i : which) {
-            lo = std::min(lo, key.sessions[i].earliest());
-            hi = std::max(hi, key.sessions[i].latest());
-        }
-        return hi - lo;
-    };
-    std::vector<size_t> join;
-    if (!overlapping.empty()) {
-        if (span_with(overlapping) < max_duration) {
-            join = overlapping;
-            if (join.size() > 1) ++coverage["session: merges several"];
-        } else {
-            ++coverage["session: merge too long"];
-            for (size_t i : overlapping)
-                if (key.sessions[i].start <= t && t < key.sessions[i].end) {
-                    join = {i};
-                    break;
-                }
-            if (join.empty() && span_with({overlapping.front()}) < max_duration)
-                join = {overlapping.front()};
-        }
-    }
+    const std::vector<size_t> join = session_join(key, t);
+    if (join.size() > 1) ++coverage["session: merges several"];
+    if (join != overlapping) ++coverage["session: merge too long"];
     std::vector<Session> absorbed;
     for (size_t i : join)
         absorbed.push_back(key.sessions[i]);

@@ -116,6 +116,7 @@ class ReferenceModel {
     static std::vector<const Ev*> session_events(const Session& s);
     int64_t domain_watermark(const std::string& partition) const;
     void recompute_session_ends(Key& key) const;
+    std::vector<size_t> session_join(const Key& key, int64_t t) const;
 
     void advance_clock(int64_t now_ms);
     void apply_event(const Record& record);
