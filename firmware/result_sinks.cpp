@@ -15,6 +15,7 @@ void BatchSink::emit(const core::Emission& e) {
     lmdb::OutboxRow row;
     row.id = e.id;
     row.pipeline = config_.pipelines[e.pipeline].spec.name;
+    row.version = config_.pipelines[e.pipeline].spec.version;
     row.key = e.key;
     row.window_start_ms = e.start_ms;
     row.window_end_ms = e.end_ms;

@@ -386,6 +386,18 @@ StoreResult<void> upgrade_id_index(Store::Impl& impl, MDB_txn* txn) {
     return impl.put_u64(txn, meta_outbox_ids_older_below, 0, "upgrading the id index");
 }
 
+// Up to format 6 the compaction index was keyed by (pipeline, key, window) without the version,
+// so one version's row could replace another's (issue 24). Emptied, it starts again per
+// version: the rows it indexed stay and are sent; only their compaction is given up.
+StoreResult<void> upgrade_window_index(Store::Impl& impl, MDB_txn* txn) {
+    auto version = impl.get_u64(txn, meta_format_version, "upgrading the compaction index");
+    if (!version) return std::unexpected(version.error());
+    if (*version >= 7) return {};
+    if (int rc = mdb_drop(txn, impl.windows, 0); rc != 0)
+        return std::unexpected(impl.error(rc, "upgrading the compaction index"));
+    return {};
+}
+
 // Opens (read-only: the existing; otherwise creates) the named databases, and writes the format
 // version, and a fresh store's seq counters.
 StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) {
@@ -422,6 +434,7 @@ StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) 
         if (auto o = open_dbs(txn, MDB_CREATE); !o) return o;
         if (!fresh) {
             if (auto u = upgrade_id_index(impl, txn); !u) return u;
+            if (auto u = upgrade_window_index(impl, txn); !u) return u;
         }
         // An older store is read as it is and from now on written in this version's format
         // (version 1 -> 2: outbox rows gain their enqueue time; 2 -> 3: side rows gain their

@@ -49,10 +49,11 @@ std::string u64_value(uint64_t v) {
 
 // id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
 // 1 update, 2 retract: core::EmissionKind's values; 16 a version record), payload str, enqueued_ms
-// i64 (format 2).
+// i64 (format 2), version str (format 7).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
-    out.reserve(48 + row.pipeline.size() + row.key.size() + row.payload.size());
+    out.reserve(56 + row.pipeline.size() + row.key.size() + row.payload.size() +
+                row.version.size());
     bytes::put_u64(out, row.id);
     bytes::put_str(out, row.pipeline);
     bytes::put_str(out, row.key);
@@ -64,6 +65,7 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_u32(out, kind);
     bytes::put_str(out, row.payload);
     bytes::put_i64(out, row.enqueued_ms);
+    bytes::put_str(out, row.version);
     return out;
 }
 
@@ -80,6 +82,8 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
                                   : static_cast<core::EmissionKind>(kind);
     row.enqueued_ms = 0;  // a row written by format version 1: unknown
     if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
+    row.version.clear();  // a row written before format 7: the payload names it
+    if (!in.empty() && !get_str(in, row.version)) return false;
     return in.empty();
 }
 
@@ -87,6 +91,7 @@ std::optional<std::string> window_key(const OutboxRow& row) {
     if (row.version_record) return std::nullopt;  // never compacted: each switch is told
     std::string k;
     bytes::put_str(k, row.pipeline);
+    bytes::put_str(k, row.version);  // DESIGN.md section 5: per (pipeline, version, key, window)
     bytes::put_str(k, row.key);
     bytes::put_i64_sortable(k, row.window_start_ms);
     bytes::put_i64_sortable(k, row.window_end_ms);

@@ -81,9 +81,11 @@ class Store {
     // versions of a pipeline. 5: the engine writes window state in its compact encoding
     // (core/engine/state_codec.cpp; it reads the old one, and the first checkpoint after a
     // restore rewrites those records in the new one). 6: the id index is kept in two
-    // generations (outbox_id_seqs no longer maps seq -> id; open() empties it).
+    // generations (outbox_id_seqs no longer maps seq -> id; open() empties it). 7: outbox rows
+    // name their version, and the compaction index is per (pipeline, version, key, window)
+    // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
     // open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 6;
+    static constexpr uint64_t format_version = 7;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------

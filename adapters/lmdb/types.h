@@ -76,6 +76,10 @@ struct OutboxRow {
     uint64_t seq = 0;  // assigned by outbox_append; ignored on input
     uint64_t id = 0;   // the emission id: unique; a row whose id was seen before is skipped
     std::string pipeline;
+    // The version that produced it (DESIGN.md section 4): rows of two versions of a pipeline
+    // share the outbox during a backfill, and compaction never lets one replace or cancel the
+    // other's. Empty for version records and for rows stored before format 7.
+    std::string version;
     std::string key;
     int64_t window_start_ms = 0;
     int64_t window_end_ms = 0;

@@ -282,3 +282,38 @@ TEST_CASE("a format 5 store's id index (ids, and seq -> id) becomes two id gener
     CHECK(s->prune_ids(s->outbox_stats().value().seq_next).value() == 4);
     CHECK(s->outbox_append(std::span<const OutboxRow>(&again, 1)).value().appended == 1);
 }
+
+TEST_CASE("a format 6 store's compaction index (without versions) is emptied, its rows kept",
+          "[lmdb][outbox]") {
+    // Format 6 keyed the index by (pipeline, key, window): an entry of that shape would let a
+    // row of one version replace another's. Its rows (written without a version) are kept and
+    // sent; a new row of the same window compacts nothing of them.
+    TempDir tmp;
+    {
+        auto s = open_store(tmp.store());
+        OutboxRow r;
+        r.id = 7;
+        r.pipeline = "p";
+        r.key = "k";
+        r.window_end_ms = 60000;
+        r.payload = "{}";
+        REQUIRE(s->outbox_append(std::span<const OutboxRow>(&r, 1)));
+    }
+    REQUIRE(raw_entries(tmp.store(), "outbox_windows") == 1);
+    raw_put(tmp.store(), "meta", "format_version", le64(6));
+    auto s = open_store(tmp.store());
+    CHECK(raw_get(tmp.store(), "meta", "format_version") == le64(Store::format_version));
+    s.reset();
+    CHECK(raw_entries(tmp.store(), "outbox_windows") == 0);
+    s = open_store(tmp.store());
+    OutboxRow update;
+    update.id = 8;
+    update.pipeline = "p";
+    update.version = "v1";
+    update.key = "k";
+    update.window_end_ms = 60000;
+    update.revision = 1;
+    update.kind = EmissionKind::update;
+    CHECK(s->outbox_append(std::span<const OutboxRow>(&update, 1)).value().compacted == 0);
+    CHECK(s->outbox_stats().value().rows == 2);
+}

@@ -283,6 +283,36 @@ TEST_CASE("compaction replaces unsent rows of a window with the newer revision",
     }
 }
 
+TEST_CASE("compaction never lets one version's row replace or cancel another's", "[lmdb][outbox]") {
+    // A backfilling version V and the live version U share the outbox (DESIGN.md section 5:
+    // compaction per (pipeline, version, key, window)). Before format 7, U's rev 1 deleted V's
+    // unsent final of the same window, and V's retract cancelled U's row.
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    const auto of = [](std::string version, OutboxRow r) {
+        r.version = std::move(version);
+        return r;
+    };
+    append(*s, {of("U", row(1, "k", 0, 0, k_final)), of("V", row(2, "k", 0, 0, k_final))});
+    SECTION("a revision of U leaves V's final") {
+        auto b = append(*s, {of("U", row(3, "k", 0, 1, k_update))});
+        CHECK(b.compacted == 1);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{2, 3});
+    }
+    SECTION("a retract of V cancels V's final only") {
+        auto b = append(
+            *s, {of("V", row(4, "k", 0, 0, k_retract)), of("V", row(5, "k", 0, 1, k_update))});
+        CHECK(b.compacted == 2);
+        CHECK(ids_of(*s) == std::vector<uint64_t>{1, 5});
+    }
+    SECTION("the version is kept with the row") {
+        const std::vector<OutboxRow> rows = s->outbox_peek(0, 10).value();
+        REQUIRE(rows.size() == 2);
+        CHECK(rows[0].version == "U");
+        CHECK(rows[1].version == "V");
+    }
+}
+
 TEST_CASE("a row outbox_peek returned is never compacted: it may be on the wire",
           "[lmdb][outbox]") {
     // The forwarder peeks up to 512 rows and publishes them one by one; nothing else tells the
