@@ -313,18 +313,40 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
     return true;
 }
 
+// A reload that fails leaves everything as it was (DESIGN.md section 4): the plan changes the
+// registry and queues erasures and version records in memory as it goes, and the load may
+// still fail after it (a stored entry that does not restore), so what runs is put aside first
+// and put back whole. Planning the old config again instead would plan it against the changed
+// registry (issue 24: a pipeline the failed reload removed came back as a new backfill from
+// offset 0, its live state erased and its version record cleared).
 Result<void> EngineHost::reconfigure(const config::Config& wanted) {
     if (!can_checkpoint())
         return fail("results wait for room in the outbox; reload again once it drains");
     if (auto ok = checkpoint(); !ok) return ok;
-    const config::Config previous = config_;
+    struct Running {
+        config::Config config, live_config;
+        VersionRegistry registry;
+        std::vector<std::string> erase_prefixes, erase_keys;
+        std::vector<lmdb::OutboxRow> version_rows;
+        std::unique_ptr<Processor> processor;
+        std::unique_ptr<BatchSink> sink;
+        std::vector<std::unique_ptr<BackfillRun>> backfills;
+    } running{
+        config_,       live_config_,          registry_,        erase_prefixes_,      erase_keys_,
+        version_rows_, std::move(processor_), std::move(sink_), std::move(backfills_)};
     config_.pipelines = wanted.pipelines;
     config_.backfill = wanted.backfill;
     config_.log_level = wanted.log_level;
     if (auto loaded = load_from_store(); !loaded) {
-        // The committed state is the old config's: restore it as it was.
-        config_ = previous;
-        if (auto back = load_from_store(); !back) return std::unexpected(back.error());
+        config_ = std::move(running.config);
+        live_config_ = std::move(running.live_config);
+        registry_ = std::move(running.registry);
+        erase_prefixes_ = std::move(running.erase_prefixes);
+        erase_keys_ = std::move(running.erase_keys);
+        version_rows_ = std::move(running.version_rows);
+        processor_ = std::move(running.processor);
+        sink_ = std::move(running.sink);
+        backfills_ = std::move(running.backfills);
         return loaded;
     }
     queue_version_records();
