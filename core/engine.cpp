@@ -130,6 +130,14 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
         append_escaped(composite_, event.key);
         key = composite_;
     }
+    if (key.size() > key_bytes_max || part_name.size() > key_bytes_max) [[unlikely]] {
+        const Partition* known = find_partition(part_name);
+        refuse(sink, key, event, t, Limit::key_bytes,
+               !scope_partition_ ? global_.watermark
+               : known           ? known->domain->watermark
+                                 : time_min);
+        return;
+    }
     KeyState* k = find_key(key);
     // The key's partition is read anyway (touch_partition): comparing its name costs no
     // extra cache line.
@@ -145,7 +153,8 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
     }
     if (!p) {
         if (partitions_.size() >= spec_.limits.keys_max) {
-            const int64_t wm = scope_partition_ ? new_partition_watermark() : global_.watermark;
+            const int64_t wm =
+                scope_partition_ ? new_partition_watermark(part_name) : global_.watermark;
             if (event_too_late(k, t, wm)) {
                 const auto [start, end] = new_event_window(t);
                 too_late(sink, key, event, t, start, end, wm);
@@ -188,7 +197,10 @@ const PipelineStats& PipelineRun::stats() {
     stats_.state_bytes =
         units_total_ * unit_bytes_ + fired_total_ * (sizeof(Fired) + 16 * spec_.aggregates.size()) +
         keys_.size() * (sizeof(KeyState) + 48) +
-        partitions_.size() * (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t));
+        partitions_.size() *
+            (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t)) +
+        remembered_.size() * remembered_bytes;
+    stats_.partitions_remembered = remembered_.size();
     stats_.partitions_active = active_;
     stats_.partitions_idle = partitions_.size() - active_;
     if (scope_partition_) {

@@ -29,7 +29,10 @@ struct PipelineStats {
     uint64_t clamped = 0;       // events stamped more than max_future ahead of ingest
     uint64_t keys_refused = 0;  // events refused because keys_max (keys or partitions) was reached
     uint64_t partitions_forgotten = 0;  // idle partitions without keys, dropped from state
-    uint64_t windows_refused = 0;       // events refused because open_windows_max was reached
+    // Scope partition: forgotten partitions whose own start was given up (more than max_keys
+    // remembered): new partitions then start no earlier than the watermark it had.
+    uint64_t forgotten_evicted = 0;
+    uint64_t windows_refused = 0;  // events refused because open_windows_max was reached
     uint64_t emitted_final = 0;
     uint64_t emitted_update = 0;
     uint64_t emitted_retract = 0;
@@ -39,6 +42,7 @@ struct PipelineStats {
     uint64_t state_bytes = 0;
     uint64_t partitions_active = 0;
     uint64_t partitions_idle = 0;
+    uint64_t partitions_remembered = 0;  // scope partition: forgotten ones whose start is kept
     int64_t watermark_ms = 0;  // global scope: the pipeline's; partition scope: the minimum
     int64_t ingest_ms = 0;     // the newest ingest time seen
     LagHistogram lag_ms;       // ingest_ms - event_ms of every event (before clamping)

@@ -17,6 +17,10 @@ constexpr int64_t hopping_slices_per_window_max = 10'000;
 }  // namespace
 
 Result<void> validate(const PipelineSpec& spec) {
+    const size_t state_name_bytes = (spec.state_name.empty() ? spec.name : spec.state_name).size();
+    if (state_name_bytes == 0 || state_name_bytes > state_name_bytes_max)
+        return fail("the state name is " + std::to_string(state_name_bytes) + " bytes: use 1 to " +
+                    std::to_string(state_name_bytes_max));
     const WindowSpec& w = spec.window;
     switch (w.type) {
         case WindowType::tumbling:

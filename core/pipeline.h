@@ -1,6 +1,7 @@
 // What one pipeline computes: its window, watermark, late-data policy, aggregates and limits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -66,6 +67,17 @@ struct PipelineSpec {
     QuantileOptions quantile;
     Limits limits;
 };
+
+/// The longest key the engine keeps (a composite `partition|key` with its escapes included) and
+/// the longest partition name, in bytes. A longer one is refused (counted in keys_refused, kept
+/// as side output where the pipeline keeps too-late events): every state key stays within what
+/// a store takes (state_key_bytes_max) whatever one device sends, so that one device's key can
+/// never stop every checkpoint (issue 24).
+inline constexpr size_t key_bytes_max = 384;
+/// The longest name a pipeline's state is stored under (PipelineSpec::state_name, else name).
+inline constexpr size_t state_name_bytes_max = 100;
+/// The longest key the engine writes through a StateWriter: LMDB's limit.
+inline constexpr size_t state_key_bytes_max = 511;
 
 /// Refuses windows that cannot work (zero sizes, advance > size, a session without gap) with a
 /// sentence naming the setting. Bounds-vs-budget checks live with the config, which knows sizes.

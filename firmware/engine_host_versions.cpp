@@ -36,7 +36,7 @@ Result<void> EngineHost::load_versions() {
     // since_ms: the oldest event the recovery replay feeds it (queue_version_records).
     for (const config::PipelineConfig& p : config_.pipelines) {
         VersionEntry& e = registry_.get(p.spec.name);
-        e.live_version = p.spec.version;
+        e.live_version = registry_.start_run(p.spec.name, p.spec.version);
         e.live_definition = p.definition;
         e.since_ms = INT64_MAX;
         e.record_pending = true;
@@ -60,12 +60,19 @@ Result<void> EngineHost::plan_versions() {
         e.backfill_version.clear();
         e.backfill_definition.clear();
     };
+    // The registry names runs (VersionRegistry::start_run): what runs is the config's definition
+    // under its run's label, in its ids and results.
+    const auto labelled = [](const config::PipelineConfig& p, const std::string& label) {
+        config::PipelineConfig out = p;
+        out.spec.version = label;
+        return out;
+    };
     for (const config::PipelineConfig& p : config_.pipelines) {
         VersionEntry& e = registry_.get(p.spec.name);
-        if (e.live_version == p.spec.version) {
+        if (is_run_of(e.live_version, p.spec.version)) {
             drop_backfill(e);
             e.live_definition = p.definition;  // limits apply in place
-            live_config_.pipelines.push_back(p);
+            live_config_.pipelines.push_back(labelled(p, e.live_version));
             continue;
         }
         if (!e.live_version.empty()) {
@@ -78,21 +85,23 @@ Result<void> EngineHost::plan_versions() {
             previous->spec.version = e.live_version;
             live_config_.pipelines.push_back(std::move(*previous));
         }
-        bool resumed = e.backfill_version == p.spec.version;
+        bool resumed = is_run_of(e.backfill_version, p.spec.version);
         if (!resumed) {
             drop_backfill(e);
-            e.backfill_version = p.spec.version;
+            // A new run: a version that ran here before (abandoned, removed, dropped) gets a
+            // label of its own, so none of its results reuses an id of the earlier run's.
+            e.backfill_version = registry_.start_run(e.name, p.spec.version);
             e.backfill_offset = writer_->first_offset();
             e.backfill_from_ms = backfill_from_ms(p, clock_.wall_ms());
             e.backfill_since_ms = INT64_MAX;
             spdlog::info("pipeline '{}': version {} backfills from log offset {}{}", e.name,
-                         p.spec.version, e.backfill_offset,
+                         e.backfill_version, e.backfill_offset,
                          e.live_version.empty() ? "" : " while " + e.live_version + " runs live");
         }
         e.backfill_definition = p.definition;
         const uint64_t offset = std::max(e.backfill_offset, writer_->first_offset());
-        auto run =
-            BackfillRun::create(config_, p, writer_->options().dir, offset, e.backfill_from_ms);
+        auto run = BackfillRun::create(config_, labelled(p, e.backfill_version),
+                                       writer_->options().dir, offset, e.backfill_from_ms);
         if (!run) return std::unexpected(run.error());
         (*run)->set_since_ms(e.backfill_since_ms);
         (*run)->set_resumed(resumed);

@@ -45,9 +45,9 @@ Result<std::vector<VersionPlan>> read_version_plan(const config::Config& config,
         // No registry: the store predates versions or is empty; either way its pipelines run
         // as configured (EngineHost::load_versions).
         plan.live_version = e ? e->live_version : (stored ? "" : p.spec.version);
-        plan.backfill = plan.live_version != p.spec.version;
+        plan.backfill = !is_run_of(plan.live_version, p.spec.version);
         if (plan.backfill) {
-            plan.resumes = e && e->backfill_version == p.spec.version;
+            plan.resumes = e && is_run_of(e->backfill_version, p.spec.version);
             plan.from_offset = plan.resumes ? e->backfill_offset : 0;
             auto n = count_records(log_dir, plan.from_offset);
             if (!n) return std::unexpected(n.error());

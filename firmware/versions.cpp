@@ -12,9 +12,47 @@ namespace tidemark::firmware {
 namespace bytes = core::bytes;
 
 namespace {
-// 2 added switch_ms after since_ms; 1 (without it) is read as switch_ms 0.
-constexpr uint8_t registry_encoding = 2;
+// 2 added switch_ms after since_ms; 3 the runs (ran, ran_saturated, runs_numbered) after the
+// entries. 1 and 2 are read: switch_ms 0, and every version their entries name taken as run.
+constexpr uint8_t registry_encoding = 3;
+
+uint64_t ran_key(std::string_view pipeline, std::string_view version) {
+    namespace hash = core::hash;
+    const uint64_t h = hash::fnv1a_str(hash::fnv1a_str(hash::fnv_offset, pipeline), version);
+    return hash::mix(h);
+}
+
+// The definition's hash of a run label: what comes before the run number.
+std::string_view version_of_label(std::string_view label) {
+    return label.substr(0, label.find('.'));
+}
+
+void note_run(VersionRegistry& r, std::string_view pipeline, std::string_view label) {
+    if (label.empty() || r.ran_saturated) return;
+    const uint64_t k = ran_key(pipeline, version_of_label(label));
+    auto it = std::lower_bound(r.ran.begin(), r.ran.end(), k);
+    if (it != r.ran.end() && *it == k) return;
+    if (r.ran.size() >= VersionRegistry::ran_max) {
+        r.ran_saturated = true;
+        return;
+    }
+    r.ran.insert(it, k);
+}
+
 }  // namespace
+
+bool is_run_of(std::string_view label, std::string_view version) {
+    return !label.empty() && version_of_label(label) == version;
+}
+
+std::string VersionRegistry::start_run(std::string_view pipeline, std::string_view version) {
+    TM_ASSERT(!version.empty() && version.find('.') == std::string_view::npos);
+    const bool ran_before =
+        ran_saturated || std::binary_search(ran.begin(), ran.end(), ran_key(pipeline, version));
+    note_run(*this, pipeline, version);
+    if (!ran_before) return std::string(version);
+    return std::string(version) + "." + std::to_string(++runs_numbered);
+}
 
 VersionEntry* VersionRegistry::find(std::string_view name) {
     auto it = std::find_if(entries.begin(), entries.end(),
@@ -52,6 +90,11 @@ std::string VersionRegistry::encode() const {
         bytes::put_i64(out, e.backfill_from_ms);
         bytes::put_i64(out, e.backfill_since_ms);
     }
+    bytes::put_u32(out, static_cast<uint32_t>(ran.size()));
+    for (const uint64_t k : ran)
+        bytes::put_u64(out, k);
+    out.push_back(ran_saturated ? 1 : 0);
+    bytes::put_u64(out, runs_numbered);
     return out;
 }
 
@@ -61,7 +104,7 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
     uint32_t n = 0;
     if (in.empty()) return damaged();
     const auto encoding = static_cast<uint8_t>(in[0]);
-    if (encoding != 1 && encoding != registry_encoding) return damaged();
+    if (encoding < 1 || encoding > registry_encoding) return damaged();
     in.remove_prefix(1);
     if (!bytes::get_u32(in, n) || n > 4096) return damaged();
     for (uint32_t i = 0; i < n; ++i) {
@@ -81,6 +124,25 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
             !bytes::get_i64(in, e.backfill_since_ms))
             return damaged();
         r.entries.push_back(std::move(e));
+    }
+    if (encoding >= 3) {
+        uint32_t ran = 0;
+        if (!bytes::get_u32(in, ran) || ran > ran_max) return damaged();
+        r.ran.resize(ran);
+        for (uint64_t& k : r.ran)
+            if (!bytes::get_u64(in, k)) return damaged();
+        if (!std::is_sorted(r.ran.begin(), r.ran.end()) ||
+            std::adjacent_find(r.ran.begin(), r.ran.end()) != r.ran.end() || in.empty() ||
+            static_cast<uint8_t>(in[0]) > 1)
+            return damaged();
+        r.ran_saturated = in[0] != 0;
+        in.remove_prefix(1);
+        if (!bytes::get_u64(in, r.runs_numbered)) return damaged();
+    } else {
+        for (const VersionEntry& e : r.entries) {
+            note_run(r, e.name, e.live_version);
+            note_run(r, e.name, e.backfill_version);
+        }
     }
     if (!in.empty()) return damaged();
     return r;

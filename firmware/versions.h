@@ -21,6 +21,8 @@ namespace tidemark::firmware {
 inline constexpr std::string_view versions_key = "\x03versions";
 
 /// One pipeline's versions. A pipeline that has only ever backfilled has no live version yet.
+/// Versions are stored as run labels (VersionRegistry::start_run): the definition's hash, with a
+/// run number after it when that version of that pipeline ran on this node before.
 struct VersionEntry {
     std::string name;
     std::string live_version;     // empty: none runs live yet
@@ -39,21 +41,38 @@ struct VersionEntry {
 };
 
 /// Operation: encoded with core/bytes.h into one state value, written in every checkpoint, so
-/// that it always matches the state and log offset it is committed with.
-/// Limits: one entry per pipeline name ever configured and not yet removed (the config allows 64).
+/// that it always matches the state and log offset it is committed with. Beside the entries, what
+/// makes a version run again distinct from its earlier runs (DESIGN.md section 4): the (pipeline,
+/// version) pairs that have started a run on this node, kept when a pipeline is removed or
+/// dropped, and a counter of the runs that needed a number.
+/// Limits: one entry per pipeline name ever configured and not yet removed (the config allows 64);
+/// ran_max pairs remembered: past them every new run is numbered (ran_saturated), so no run ever
+/// takes a label an earlier one had.
 struct VersionRegistry {
+    static constexpr size_t ran_max = 1024;
+
     std::vector<VersionEntry> entries;
+    std::vector<uint64_t> ran;  // a hash of each (pipeline, version) that started a run, sorted
+    bool ran_saturated = false;
+    uint64_t runs_numbered = 0;  // the last run number given
 
     VersionEntry* find(std::string_view name);
     const VersionEntry* find(std::string_view name) const;
     VersionEntry& get(std::string_view name);  // adds an empty entry when missing
     void remove(std::string_view name);
+    /// The label a new run of `version` (a definition's hash) of `pipeline` takes: the hash
+    /// for the first run, "hash.N" with a new N for any later one (or for every run once the
+    /// registry remembers ran_max pairs). Records the run.
+    std::string start_run(std::string_view pipeline, std::string_view version);
     std::string encode() const;
     static Result<VersionRegistry> decode(std::string_view value);
 };
 
 /// The registry `store` holds; none in a store from before versions (or without a checkpoint).
 Result<std::optional<VersionRegistry>> read_registry(lmdb::Store& store);
+
+/// Whether a run label (VersionRegistry::start_run) is a run of the definition hashed `version`.
+bool is_run_of(std::string_view label, std::string_view version);
 
 /// The state name of a backfilling version: its state lives apart from the live version's.
 std::string backfill_state_name(std::string_view pipeline, std::string_view version);

@@ -15,12 +15,16 @@ void PipelineRun::checkpoint(StateWriter& w) {
     pending_erased_.clear();
     pending_keys_.clear();
     pending_partitions_.clear();
+    pending_remembered_.clear();
     pending_full_ = !tracking_;
     if (!tracking_) {
         // First checkpoint: everything that exists.
         keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
         for (Partition* p : partition_list_)
             if (p) write_partition(w, *p, value);
+        for (auto& [hash, r] : remembered_)
+            write_remembered(w, hash, r, value);
+        dirty_remembered_.clear();
         tracking_ = true;
     } else {
         for (const std::string& key : erased_)
@@ -29,6 +33,11 @@ void PipelineRun::checkpoint(StateWriter& w) {
             KeyState* k = find_key(name);
             if (k) write_key(w, *k, false, value);
         }
+        for (const uint64_t hash : dirty_remembered_)
+            if (auto it = remembered_.find(hash); it != remembered_.end())
+                write_remembered(w, hash, it->second, value);
+        pending_remembered_ = std::move(dirty_remembered_);
+        dirty_remembered_.clear();
     }
     for (Partition* p : dirty_partitions_) {
         if (p->forgotten) {
@@ -69,10 +78,13 @@ void PipelineRun::checkpoint_failed() {
         }
         for (const std::string& name : pending_partitions_)
             if (Partition* p = find_partition(name)) mark_dirty(p);
+        for (const uint64_t hash : pending_remembered_)
+            if (remembered_.count(hash)) mark_remembered_dirty(hash);
     }
     pending_erased_.clear();
     pending_keys_.clear();
     pending_partitions_.clear();
+    pending_remembered_.clear();
     pending_full_ = false;
 }
 
@@ -82,6 +94,7 @@ Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view 
     rest.remove_prefix(1);
     if (type == 'A') return read_meta(value);
     if (type == 'P') return read_partition(rest, value);
+    if (type == 'F') return read_remembered(rest, value);
     if (type == 'K') {
         std::string_view key;
         if (!bytes::get_str(rest, key) || rest.empty()) return fail("damaged key record");

@@ -70,14 +70,25 @@ void PipelineRun::too_late(EmissionSink& sink, std::string_view key, const Event
 
 void PipelineRun::refuse(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
                          Limit limit, int64_t watermark) {
-    const bool keys = limit == Limit::keys;
-    ++(keys ? stats_.keys_refused : stats_.windows_refused);
+    ++(limit == Limit::open_windows ? stats_.windows_refused : stats_.keys_refused);
     if (spec_.late.too_late != TooLate::side_output) return;
     const auto [start, end] = new_event_window(t);
-    side_output(sink, key, event, t, start, end, watermark,
-                keys ? "refused: max_keys " + std::to_string(spec_.limits.keys_max) + " reached"
-                     : "refused: max_open_windows " +
-                           std::to_string(spec_.limits.open_windows_max) + " reached");
+    std::string reason;
+    switch (limit) {
+        case Limit::keys:
+            reason = "refused: max_keys " + std::to_string(spec_.limits.keys_max) + " reached";
+            break;
+        case Limit::open_windows:
+            reason = "refused: max_open_windows " + std::to_string(spec_.limits.open_windows_max) +
+                     " reached";
+            break;
+        case Limit::key_bytes:
+            reason = "refused: the key (with its partition) is " + std::to_string(key.size()) +
+                     " bytes and the partition " + std::to_string(event.partition.size()) +
+                     ", more than the " + std::to_string(key_bytes_max) + " allowed";
+            break;
+    }
+    side_output(sink, key, event, t, start, end, watermark, std::move(reason));
 }
 
 void PipelineRun::side_output(EmissionSink& sink, std::string_view key, const Event& event,

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/engine/pipeline_run.h"
+#include "core/hash.h"
 
 namespace tidemark::core::detail {
 
@@ -47,7 +48,10 @@ Partition* PipelineRun::create_partition(std::string_view name) {
 // line: the per-event path stays as it is.
 Partition* PipelineRun::open_partition(std::string_view name, int64_t event_ms, int64_t ingest_ms) {
     Partition* p = create_partition(name);
-    if (scope_partition_) p->domain->watermark = new_partition_watermark();
+    if (scope_partition_) {
+        p->domain->watermark = new_partition_watermark(name);
+        drop_remembered(remembered_hash(name));  // live again; it is remembered anew when it goes
+    }
     touch_partition(p, event_ms, ingest_ms);
     return p;
 }
@@ -79,12 +83,57 @@ void PipelineRun::catch_up_idle(Partition& p, EmissionSink& sink) {
     fire_due(d, sink);
 }
 
-// Scope partition: where a partition seen for the first time starts (new, or forgotten
-// and back). Past the watermark of the forgotten partition that was furthest ahead, kept
-// moving with ingest time as an idle one would: a device that returns after being
-// forgotten cannot reopen windows it already had results for (their ids are taken).
-int64_t PipelineRun::new_partition_watermark() const {
-    return forgotten_lead_ms_ == time_min ? time_min : sat_add(now_ms_, forgotten_lead_ms_);
+// Scope partition: where a partition that is not live starts. A forgotten one that comes back
+// starts where its own watermark would be had it stayed, idle, moving with ingest time (its
+// lead over the clock when it was forgotten): it cannot reopen windows it already had results
+// for (their ids are taken). Any other starts at the floor: time_min, or past the watermark of
+// a forgotten partition whose record had to go (more than keys_max remembered). So one
+// device's clock decides its own start only: never another's, until more than max_keys others
+// were forgotten after it (issue 24: a single maximum lead made every new device start minutes
+// in the future after one fast device was forgotten, for good).
+int64_t PipelineRun::new_partition_watermark(std::string_view name) const {
+    const auto it = remembered_.find(remembered_hash(name));
+    if (it == remembered_.end()) return forgotten_floor_ms_;
+    return std::max(forgotten_floor_ms_, sat_add(now_ms_, it->second.lead_ms));
+}
+
+// Stable across builds and restarts (stored): core/hash.h's FNV-1a, mixed.
+uint64_t PipelineRun::remembered_hash(std::string_view name) {
+    return hash::mix(hash::fnv1a_str(hash::fnv_offset, name));
+}
+
+void PipelineRun::remember_forgotten(std::string_view name, int64_t lead_ms) {
+    const uint64_t h = remembered_hash(name);
+    auto [it, added] = remembered_.try_emplace(h);
+    if (!added) {
+        if (lead_ms <= it->second.lead_ms) return;  // two names, one hash: the later start
+        remembered_by_lead_.erase({it->second.lead_ms, h});
+    }
+    it->second.lead_ms = lead_ms;
+    remembered_by_lead_.insert({lead_ms, h});
+    mark_remembered_dirty(h);
+    if (remembered_.size() <= spec_.limits.keys_max) return;
+    // The lowest lead goes: the floor it raises holds back only events older than where that
+    // partition would start, and the fewest of them.
+    const auto [low_lead_ms, low] = *remembered_by_lead_.begin();
+    forgotten_floor_ms_ = std::max(forgotten_floor_ms_, sat_add(now_ms_, low_lead_ms));
+    drop_remembered(low);
+    ++stats_.forgotten_evicted;
+}
+
+void PipelineRun::drop_remembered(uint64_t hash) {
+    const auto it = remembered_.find(hash);
+    if (it == remembered_.end()) return;
+    remembered_by_lead_.erase({it->second.lead_ms, hash});
+    if (tracking_ && it->second.persisted) erased_.push_back(remembered_key(hash));
+    remembered_.erase(it);
+}
+
+void PipelineRun::mark_remembered_dirty(uint64_t hash) {
+    Remembered& r = remembered_.at(hash);
+    if (r.dirty) return;
+    r.dirty = true;
+    dirty_remembered_.push_back(hash);
 }
 
 // A partition that is idle and holds no live key is state no longer needed: it goes, so
@@ -100,11 +149,9 @@ void PipelineRun::maybe_forget(Partition* p) {
             d.idle_deadline_ms = time_max;
         }
         const int64_t watermark = std::max(d.watermark, idle_watermark(d, now_ms_));
-        if (watermark != time_min) {
-            int64_t lead;
-            if (__builtin_sub_overflow(watermark, now_ms_, &lead)) lead = time_min;
-            forgotten_lead_ms_ = std::max(forgotten_lead_ms_, lead);
-        }
+        int64_t lead;
+        if (watermark != time_min && !__builtin_sub_overflow(watermark, now_ms_, &lead))
+            remember_forgotten(p->name, lead);
     }
     if (tracking_ && p->persisted) erased_.push_back(partition_key(p->name));
     partitions_.erase(p->name, hash_name(p->name));

@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,13 +73,23 @@ class PipelineRun {
     Result<void> restore_finish();
 
   private:
+    // A forgotten partition's start, see remembered_ below.
+    struct Remembered {
+        int64_t lead_ms = 0;
+        bool persisted = false;  // the store holds its record
+        bool dirty = false;      // on dirty_remembered_
+    };
     // --- partitions (partitions.cpp) ---------------------------------------------------------
     Partition* find_partition(std::string_view name) const;
     Partition* create_partition(std::string_view name);
     Partition* open_partition(std::string_view name, int64_t event_ms, int64_t ingest_ms);
     void go_idle(Partition* p, int64_t idle_at);
     void catch_up_idle(Partition& p, EmissionSink& sink);
-    int64_t new_partition_watermark() const;
+    int64_t new_partition_watermark(std::string_view name) const;
+    static uint64_t remembered_hash(std::string_view name);
+    void remember_forgotten(std::string_view name, int64_t lead_ms);
+    void drop_remembered(uint64_t hash);
+    void mark_remembered_dirty(uint64_t hash);
     void maybe_forget(Partition* p);
     void reap_partitions();
     void release_partition(Partition* p);
@@ -120,7 +131,7 @@ class PipelineRun {
                   int64_t start, int64_t end, int64_t watermark);
     // An event the limits turned away: counted, and kept as side output where the pipeline
     // keeps too-late events, so that nothing is dropped without a trace.
-    enum class Limit { keys, open_windows };
+    enum class Limit { keys, open_windows, key_bytes };
     void refuse(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
                 Limit limit, int64_t watermark);
     void side_output(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
@@ -165,6 +176,9 @@ class PipelineRun {
 
     // --- state encoding (state_codec.cpp) ----------------------------------------------------
     std::string partition_key(std::string_view name) const;
+    std::string remembered_key(uint64_t hash) const;
+    void write_remembered(StateWriter& w, uint64_t hash, Remembered& r, std::string& value);
+    Result<void> read_remembered(std::string_view rest, std::string_view value);
     std::string meta_key(std::string_view key) const;
     std::string unit_key(std::string_view key, int64_t start, char type = 'w') const;
     void write_key(StateWriter& w, KeyState& k, bool all, std::string& value);
@@ -216,9 +230,17 @@ class PipelineRun {
     std::vector<Partition*> retired_partitions_;  // forgotten this step, see maybe_forget
     std::vector<uint32_t> free_indexes_;
     size_t partitions_allocated_ = 0;
-    // Scope partition: the largest (watermark - ingest time) of a forgotten partition, see
-    // new_partition_watermark(); time_min before any was forgotten.
-    int64_t forgotten_lead_ms_ = time_min;
+    // Scope partition: where a partition that is not live starts (new_partition_watermark).
+    // A forgotten one's (watermark - ingest time) when it went, by remembered_hash of its name,
+    // at most keys_max of them; the lowest given up first into forgotten_floor_ms_, the
+    // (absolute) watermark below which no partition starts. time_min before any was given up.
+    std::unordered_map<uint64_t, Remembered> remembered_;
+    // What one costs: its hash-map node and bucket, and its node in remembered_by_lead_.
+    static constexpr uint64_t remembered_bytes = 96;
+    std::set<std::pair<int64_t, uint64_t>> remembered_by_lead_;  // (lead, hash): eviction order
+    std::vector<uint64_t> dirty_remembered_;
+    std::vector<uint64_t> pending_remembered_;  // what the last checkpoint wrote of them
+    int64_t forgotten_floor_ms_ = time_min;
     std::vector<Partition*> went_idle_;       // advance()'s batch; bounded by keys_max
     std::vector<Partition*> due_partitions_;  // advance()'s batch; bounded by keys_max
     int64_t now_ms_ = time_min;

@@ -60,11 +60,48 @@ std::string state_key_prefix(std::string_view pipeline) {
     return out;
 }
 
+// The longest unit key: prefix (tag, u32 length, state name), 'K', the key with its u32
+// length, the type, the start.
+static_assert(1 + 4 + state_name_bytes_max + 1 + 4 + key_bytes_max + 1 + 8 <= state_key_bytes_max);
+
+// Every key below is bounded (process() refuses longer keys and partitions, validate() longer
+// state names): checked here too, since a key a store refuses would fail every checkpoint.
 std::string PipelineRun::partition_key(std::string_view name) const {
     std::string key = prefix_;
     key.push_back('P');
     key.append(name);
+    TM_ASSERT(key.size() <= state_key_bytes_max);
     return key;
+}
+
+// A forgotten partition's start (new_partition_watermark): 'F', its name's hash. Since engine
+// state format 4 of the meta record (below).
+std::string PipelineRun::remembered_key(uint64_t hash) const {
+    std::string key = prefix_;
+    key.push_back('F');
+    bytes::put_u64(key, hash);
+    return key;
+}
+
+void PipelineRun::write_remembered(StateWriter& w, uint64_t hash, Remembered& r,
+                                   std::string& value) {
+    value.clear();
+    bytes::put_i64(value, r.lead_ms);
+    w.put(remembered_key(hash), value);
+    r.persisted = true;
+    r.dirty = false;
+}
+
+Result<void> PipelineRun::read_remembered(std::string_view rest, std::string_view value) {
+    uint64_t hash = 0;
+    int64_t lead_ms = 0;
+    if (!scope_partition_ || !bytes::get_u64(rest, hash) || !rest.empty() ||
+        !bytes::get_i64(value, lead_ms) || !value.empty() || remembered_.count(hash) ||
+        remembered_.size() >= spec_.limits.keys_max)
+        return fail("damaged record of a forgotten partition of '" + spec_.name + "'");
+    remembered_.emplace(hash, Remembered{lead_ms, true, false});
+    remembered_by_lead_.insert({lead_ms, hash});
+    return {};
 }
 
 std::string PipelineRun::meta_key(std::string_view key) const {
@@ -72,6 +109,7 @@ std::string PipelineRun::meta_key(std::string_view key) const {
     out.push_back('K');
     bytes::put_str(out, key);
     out.push_back('m');
+    TM_ASSERT(out.size() <= state_key_bytes_max);
     return out;
 }
 // A window's record: 'w' (store format 5) in the compact encoding, 'u' (formats up to 4) in
@@ -82,6 +120,7 @@ std::string PipelineRun::unit_key(std::string_view key, int64_t start, char type
     bytes::put_str(out, key);
     out.push_back(type);
     bytes::put_i64_sortable(out, start);
+    TM_ASSERT(out.size() <= state_key_bytes_max);
     return out;
 }
 
@@ -258,10 +297,11 @@ void PipelineRun::write_meta(StateWriter& w, std::string& value) {
     bytes::put_i64(value, now_ms_);
     put_domain(value, global_);
     const uint64_t counters[] = {
-        stats_.events_in,       stats_.late_updated,     stats_.too_late,
-        stats_.side_outputs,    stats_.clamped,          stats_.keys_refused,
-        stats_.windows_refused, stats_.emitted_final,    stats_.emitted_update,
-        stats_.emitted_retract, stats_.too_late_partial, stats_.partitions_forgotten};
+        stats_.events_in,        stats_.late_updated,     stats_.too_late,
+        stats_.side_outputs,     stats_.clamped,          stats_.keys_refused,
+        stats_.windows_refused,  stats_.emitted_final,    stats_.emitted_update,
+        stats_.emitted_retract,  stats_.too_late_partial, stats_.partitions_forgotten,
+        stats_.forgotten_evicted};
     bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
     for (uint64_t c : counters)
         bytes::put_u64(value, c);
@@ -273,10 +313,13 @@ void PipelineRun::write_meta(StateWriter& w, std::string& value) {
         bytes::put_u64(value, n);
     }
     // Since format 3 (older records end above): where new partitions start, and the scope
-    // the state was written under.
-    bytes::put_i64(value, forgotten_lead_ms_);
+    // the state was written under. Format 4 (issue 24) stores there the floor, an absolute
+    // watermark, and says so with a last byte; format 3 stored the largest lead of a forgotten
+    // partition over the clock.
+    bytes::put_i64(value, forgotten_floor_ms_);
     value.push_back(scope_partition_ ? 1 : 0);
     value.push_back(clock_trusted_ ? 1 : 0);
+    value.push_back(1);
     std::string key = prefix_;
     key.push_back('A');
     w.put(key, value);
@@ -285,13 +328,15 @@ void PipelineRun::write_meta(StateWriter& w, std::string& value) {
 Result<void> PipelineRun::read_meta(std::string_view in) {
     uint32_t n;
     uint64_t* counters[] = {
-        &stats_.events_in,       &stats_.late_updated,     &stats_.too_late,
-        &stats_.side_outputs,    &stats_.clamped,          &stats_.keys_refused,
-        &stats_.windows_refused, &stats_.emitted_final,    &stats_.emitted_update,
-        &stats_.emitted_retract, &stats_.too_late_partial, &stats_.partitions_forgotten};
-    // Format 2 stored the first ten counters.
+        &stats_.events_in,        &stats_.late_updated,     &stats_.too_late,
+        &stats_.side_outputs,     &stats_.clamped,          &stats_.keys_refused,
+        &stats_.windows_refused,  &stats_.emitted_final,    &stats_.emitted_update,
+        &stats_.emitted_retract,  &stats_.too_late_partial, &stats_.partitions_forgotten,
+        &stats_.forgotten_evicted};
+    // Format 2 stored the first ten counters, format 3 twelve.
     if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
-        !get_domain(in, global_) || !bytes::get_u32(in, n) || (n != 10 && n != std::size(counters)))
+        !get_domain(in, global_) || !bytes::get_u32(in, n) ||
+        (n != 10 && n != 12 && n != std::size(counters)))
         return fail("damaged meta record of pipeline '" + spec_.name + "'");
     for (uint32_t i = 0; i < n; ++i)
         if (!bytes::get_u64(in, *counters[i]))
@@ -307,10 +352,17 @@ Result<void> PipelineRun::read_meta(std::string_view in) {
         too_late_windows_.push_back({{s, e}, c});
     }
     if (!in.empty()) {
-        if (!bytes::get_i64(in, forgotten_lead_ms_) || in.size() != 2 || in[0] > 1 || in[1] > 1)
+        int64_t start_ms = 0;
+        if (!bytes::get_i64(in, start_ms) || (in.size() != 2 && in.size() != 3) || in[0] > 1 ||
+            in[1] > 1 || (in.size() == 3 && in[2] != 1))
             return fail("damaged meta record of pipeline '" + spec_.name + "'");
         scope_seen_ = in[0];
         clock_trusted_ = in[1] != 0;
+        // Format 3's lead, made absolute at the restored clock: every partition it covered was
+        // forgotten at or before now, so none of them starts earlier than it did (their ids
+        // stay unique), and the floor stops holding new devices back once the clock passes it.
+        forgotten_floor_ms_ =
+            in.size() == 3 || start_ms == time_min ? start_ms : sat_add(now_ms_, start_ms);
     }
     stats_.ingest_ms = now_ms_;
     meta_seen_ = true;

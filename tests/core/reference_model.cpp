@@ -1,6 +1,8 @@
 // Written from DESIGN.md section 4 and the issue-11 engine rules only; see reference_model.h.
 #include "tests/core/reference_model.h"
 
+#include "core/hash.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,7 +46,10 @@ int64_t ReferenceModel::Session::latest() const {
 }
 
 ReferenceModel::ReferenceModel(std::string node, core::PipelineSpec spec)
-    : node_(std::move(node)), spec_(std::move(spec)), watermark_ms_(time_min_ms) {}
+    : node_(std::move(node)),
+      spec_(std::move(spec)),
+      watermark_ms_(time_min_ms),
+      floor_ms_(time_min_ms) {}
 
 bool ReferenceModel::is_session() const {
     return spec_.window.type == core::WindowType::session;
@@ -369,10 +374,28 @@ void ReferenceModel::apply_event(const Record& record) {
                                  : escape_key_part(pname) + "|" + escape_key_part(record.key);
     const int64_t lateness = spec_.late.allowed_lateness_ms;
     const bool to_side = spec_.late.too_late == core::TooLate::side_output;
+    // A key (composite included) or a partition over 384 bytes could not be stored: refused,
+    // before anything sees it.
+    if (rkey.size() > 384 || pname.size() > 384) {
+        ++coverage["refused: key too long"];
+        ++stats.keys_refused;
+        if (to_side) {
+            const auto it = partitions_.find(pname);
+            const int64_t wm = is_global()               ? watermark_ms_
+                               : it != partitions_.end() ? it->second.watermark_ms
+                                                         : time_min_ms;
+            const int64_t start = is_session() ? t : window_starts(t).back();
+            const int64_t end = is_session() ? t + spec_.window.gap_ms : window_end(start);
+            side_output(record, t, "key_bytes", start, end, wm);
+        }
+        return;
+    }
 
     auto pit = partitions_.find(pname);
     const bool new_partition = pit == partitions_.end();
-    int64_t initial_watermark = forgotten_lead_ms_ ? now_ms_ + *forgotten_lead_ms_ : time_min_ms;
+    int64_t initial_watermark = floor_ms_;
+    if (auto r = remembered_lead_ms_.find(pname); r != remembered_lead_ms_.end())
+        initial_watermark = std::max(initial_watermark, now_ms_ + r->second);
     const int64_t wd = is_global() ? watermark_ms_
                                    : (new_partition ? initial_watermark : pit->second.watermark_ms);
     auto kit = keys_.find(rkey);
@@ -405,7 +428,9 @@ void ReferenceModel::apply_event(const Record& record) {
     auto touch_partition = [&] {
         if (new_partition) {
             if (ever_seen_.count(pname)) ++coverage["partition: returns after forgotten"];
-            if (!is_global() && forgotten_lead_ms_) ++coverage["partition: starts at now + F"];
+            if (remembered_lead_ms_.count(pname)) ++coverage["partition: starts at its own lead"];
+            if (!is_global() && floor_ms_ != time_min_ms) ++coverage["partition: floor set"];
+            remembered_lead_ms_.erase(pname);
             ever_seen_[pname] = true;
             Partition p;
             p.max_event_ms = t;
@@ -634,9 +659,23 @@ void ReferenceModel::forget() {
             ++it;
             continue;
         }
-        if (!is_global()) {
-            int64_t lead = it->second.watermark_ms - now_ms_;
-            forgotten_lead_ms_ = forgotten_lead_ms_ ? std::max(*forgotten_lead_ms_, lead) : lead;
+        if (!is_global() && it->second.watermark_ms != time_min_ms) {
+            const int64_t lead = it->second.watermark_ms - now_ms_;
+            auto [r, added] = remembered_lead_ms_.emplace(it->first, lead);
+            if (!added) r->second = std::max(r->second, lead);
+            if (remembered_lead_ms_.size() > spec_.limits.keys_max) {
+                auto low = remembered_lead_ms_.begin();
+                const auto name_hash = [](const std::string& name) {
+                    return core::hash::mix(core::hash::fnv1a_str(core::hash::fnv_offset, name));
+                };
+                for (auto c = remembered_lead_ms_.begin(); c != remembered_lead_ms_.end(); ++c)
+                    if (std::pair(c->second, name_hash(c->first)) <
+                        std::pair(low->second, name_hash(low->first)))
+                        low = c;
+                ++coverage["partition: a remembered one given up"];
+                floor_ms_ = std::max(floor_ms_, now_ms_ + low->second);
+                remembered_lead_ms_.erase(low);
+            }
         }
         ++coverage["partition: forgotten"];
         it = partitions_.erase(it);

@@ -140,8 +140,12 @@ class ReferenceModel {
     bool all_idle_ = false;
     int64_t all_idle_since_ms_ = 0;
     int64_t all_idle_base_ms_ = 0;
-    // Scope partition: the largest (W_P - now) of a forgotten partition.
-    std::optional<int64_t> forgotten_lead_ms_;
+    // Scope partition (DECISIONS.md, "A device back after being forgotten"): each forgotten
+    // partition's (W_P - now) when it was forgotten, at most keys_max of them (the lowest lead
+    // given up first, ties by the stored hash of the name), and the floor, the highest
+    // watermark a given-up one had when it went.
+    std::map<std::string, int64_t> remembered_lead_ms_;
+    int64_t floor_ms_;
     std::map<std::string, bool> ever_seen_;  // partition names, for coverage
 };
 

@@ -4,7 +4,9 @@
 // LMDB, no broker (tests/integration/versions_test.cpp has the daemon and brokers).
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -342,6 +344,73 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
     CHECK(q_results() > q_results_before);
 }
 
+TEST_CASE("a version run again never reuses an id of its earlier run", "[versions]") {
+    // DESIGN.md section 4: v2 backfills, is abandoned for v1 (a revert), and is configured
+    // again later; the pipeline q is removed and added back. Each new run has a label of its
+    // own (the hash and a run number), so its results, partial when retention moved the log's
+    // start, never take the ids of the complete ones already sent (issue 24, finding 6).
+    TempDir dir;
+    const std::string path = dir.path() + "/tidemark.json";
+    const auto write = [&](const std::string& text) {
+        FILE* f = std::fopen(path.c_str(), "w");
+        REQUIRE(f);
+        std::fputs(text.c_str(), f);
+        std::fclose(f);
+    };
+    const std::string q = R"(, {"name": "q", "topic": "t/+", "key": "topic:1",
+        "window": {"type": "tumbling", "size": "20s"}, "aggregates": {"n": {"fn": "count"}}})";
+    const config::Config v1 = load(config_json(dir.path(), "10s", q));
+    const config::Config v2 = load(config_json(dir.path(), "30s", q));
+    const std::string h2 = v2.pipelines[0].spec.version;
+    auto parts = open_parts(v1);
+    firmware::Notifier notifier;
+    append_messages(*parts, 0, 300);
+    step_all(*parts);
+
+    write(config_json(dir.path(), "30s", q));  // v2 backfills...
+    REQUIRE(parts->reload(path, notifier));
+    const auto h2_rows = [&] {
+        size_t n = 0;
+        for (const auto& row : outbox(*parts))
+            n += row.payload.find(R"("version":")" + h2 + '"') != std::string::npos;
+        return n;
+    };
+    for (int i = 0; i < 20'000 && parts->backfilling() && h2_rows() == 0; ++i) {
+        REQUIRE(parts->backfill_step(16));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(parts->backfilling());
+    REQUIRE(h2_rows() > 0);
+    write(config_json(dir.path(), "10s", q));  // ... and is abandoned for v1
+    REQUIRE(parts->reload(path, notifier));
+    CHECK_FALSE(parts->backfilling());
+    write(config_json(dir.path(), "10s"));  // q removed
+    REQUIRE(parts->reload(path, notifier));
+    append_messages(*parts, 300, 400);
+    step_all(*parts);
+    write(config_json(dir.path(), "30s", q));  // v2 again, q back
+    REQUIRE(parts->reload(path, notifier));
+    backfill_all(*parts);
+    append_messages(*parts, 400, 450);
+    step_all(*parts);
+
+    const auto rows = outbox(*parts);
+    std::map<uint64_t, std::string> content;  // id -> the row's payload
+    std::set<std::string> p_versions, q_versions;
+    for (const auto& row : rows) {
+        if (row.version_record) continue;
+        const auto j = nlohmann::json::parse(row.payload);
+        (row.pipeline == "p" ? p_versions : q_versions).insert(j.at("version").get<std::string>());
+        auto [it, added] = content.emplace(row.id, row.payload);
+        if (!added) CHECK(it->second == row.payload);  // an id, one content
+    }
+    CHECK(p_versions.count(h2) == 1);
+    CHECK(p_versions.count(h2 + ".1") == 1);
+    CHECK(q_versions.size() == 2);  // its first run and the one after it came back
+    for (const auto& v : q_versions)
+        CHECK(firmware::is_run_of(v, v1.pipelines[1].spec.version));
+}
+
 TEST_CASE("the version registry reads back what it wrote and refuses damage", "[versions]") {
     firmware::VersionRegistry r;
     firmware::VersionEntry& e = r.get("p");
@@ -351,6 +420,12 @@ TEST_CASE("the version registry reads back what it wrote and refuses damage", "[
     e.backfill_offset = 4096;
     e.record_pending = true;
     r.get("q").since_ms = -5;
+    CHECK(r.start_run("p", "0123abcd") == "0123abcd");
+    CHECK(r.start_run("p", "0123abcd") == "0123abcd.1");
+    CHECK(r.start_run("q", "0123abcd") == "0123abcd");
+    CHECK(r.start_run("p", "0123abcd") == "0123abcd.2");
+    CHECK(firmware::is_run_of("0123abcd.2", "0123abcd"));
+    CHECK_FALSE(firmware::is_run_of("0123abcd.2", "0123abce"));
     const std::string bytes = r.encode();
     auto back = firmware::VersionRegistry::decode(bytes);
     REQUIRE(back);
@@ -358,6 +433,12 @@ TEST_CASE("the version registry reads back what it wrote and refuses damage", "[
     CHECK(back->entries[0].backfill_offset == 4096);
     CHECK(back->entries[0].record_pending);
     CHECK(back->entries[1].since_ms == -5);
+    CHECK(back->ran.size() == 2);
+    CHECK(back->runs_numbered == 2);
+    CHECK(back->start_run("q", "0123abcd") == "0123abcd.3");
+    CHECK(back->encode() != bytes);
+    back = firmware::VersionRegistry::decode(bytes);
+    REQUIRE(back);
     CHECK(back->encode() == bytes);
     for (size_t cut = 0; cut < bytes.size(); ++cut)
         CHECK_FALSE(firmware::VersionRegistry::decode(bytes.substr(0, cut)));
