@@ -57,8 +57,14 @@ Result<uint64_t> EngineHost::restore_checkpoint() {
     auto cp = store_->load_checkpoint();
     if (!cp) return fail(cp.error().message);
     if (auto ok = load_versions(); !ok) return std::unexpected(ok.error());
+    const VersionRegistry stored = registry_;
     if (auto ok = load_from_store(); !ok) return std::unexpected(ok.error());
     if (!*cp) return writer_->first_offset();
+    // The backfills this start resumes (the same run as before the restart).
+    for (VersionEntry& e : registry_.entries)
+        if (const VersionEntry* was = stored.find(e.name);
+            !e.backfill_version.empty() && was && was->backfill_version == e.backfill_version)
+            hold_resumed_backfill(e, (*cp)->outbox_seq_next);
     checkpoint_.wall_ms = (*cp)->checkpoint_ms;
     const uint64_t offset = (*cp)->log_offset;
     if (offset < writer_->first_offset())
@@ -104,6 +110,13 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
     }
     queue_version_records();  // after every result the replay regenerated
     if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+    // A plan that changed the registry (a changed config at this start) is committed now, with
+    // the records it queued already in the outbox: a crash before the next checkpoint would
+    // plan again with the clock of that start (backfill.from) and without what was dropped.
+    if (stored_registry_ && registry_.encode() != stored_registry_->encode())
+        if (auto ok = checkpoint(); !ok)
+            spdlog::warn("the versions planned at this start wait for the next checkpoint: {}",
+                         ok.error().message);
     note_damage();
     if (auto ok = seed_redelivery_filter(); !ok) return std::unexpected(ok.error());
     return replayed;
@@ -250,9 +263,10 @@ Result<void> EngineHost::checkpoint() {
     }
     alarms_.set_checkpoint("");
     const uint64_t seq_next = *committed;
-    // Emissions before this checkpoint can never be regenerated: their ids may go.
-    pruned_below_seq_ = seq_next;
-    if (auto pruned = store_->prune_ids(seq_next); !pruned)
+    // Emissions before this checkpoint can never be regenerated (but what a resumed backfill
+    // reads again, see hold_resumed_backfills): their ids may go.
+    pruned_below_seq_ = prune_bound(seq_next);
+    if (auto pruned = store_->prune_ids(pruned_below_seq_); !pruned)
         spdlog::warn("outbox: pruning ids: {}", pruned.error().message);
     // A killed reader (`tidemark inspect`, `replay`) would pin the pages it saw until restart.
     if (auto cleared = store_->check_stale_readers(); cleared && *cleared > 0)

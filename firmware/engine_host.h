@@ -152,6 +152,8 @@ class EngineHost {
     void queue_version_records();
     uint64_t retention_offset() const;
     int64_t live_ingest_ms() const;  // the newest record the live processor read; 0 none
+    uint64_t prune_bound(uint64_t seq_next) const;
+    void hold_resumed_backfill(VersionEntry& entry, uint64_t checkpoint_seq);
 
     config::Config config_;       // as wanted (reconfigure replaces it)
     config::Config live_config_;  // what processor_ runs

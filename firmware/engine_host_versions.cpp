@@ -59,6 +59,7 @@ Result<void> EngineHost::plan_versions() {
                      e.name, e.backfill_version);
         e.backfill_version.clear();
         e.backfill_definition.clear();
+        e.backfill_hold_seq = e.backfill_hold_offset = 0;
     };
     // The registry names runs (VersionRegistry::start_run): what runs is the config's definition
     // under its run's label, in its ids and results.
@@ -228,7 +229,27 @@ void EngineHost::write_versions(lmdb::CheckpointTxn& txn, VersionRegistry& next)
         VersionEntry& e = next.get(run->name());
         e.backfill_offset = run->offset();
         e.backfill_since_ms = run->since_ms();
+        if (e.backfill_hold_seq != 0 && run->offset() >= e.backfill_hold_offset)
+            e.backfill_hold_seq = e.backfill_hold_offset = 0;  // past what it read before
     }
+}
+
+// What a checkpoint may prune the outbox's ids below: its own seq, or a backfill's hold.
+uint64_t EngineHost::prune_bound(uint64_t seq_next) const {
+    for (const VersionEntry& e : registry_.entries)
+        if (!e.backfill_version.empty() && e.backfill_hold_seq != 0)
+            seq_next = std::min(seq_next, e.backfill_hold_seq);
+    return seq_next;
+}
+
+// A restart: a backfill that resumes from its checkpointed offset reads again what it read
+// after that checkpoint, and emits the same rows: their ids (at or after the checkpoint's outbox
+// seq) are kept until it is past the log's end at this start (issue 24: the first checkpoint
+// after a restart pruned them, and the rows were appended twice).
+void EngineHost::hold_resumed_backfill(VersionEntry& e, uint64_t checkpoint_seq) {
+    e.backfill_hold_seq =
+        e.backfill_hold_seq == 0 ? checkpoint_seq : std::min(e.backfill_hold_seq, checkpoint_seq);
+    e.backfill_hold_offset = std::max(e.backfill_hold_offset, writer_->end_offset());
 }
 
 int64_t EngineHost::live_ingest_ms() const {
@@ -287,6 +308,16 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
 Result<bool> EngineHost::switch_version(BackfillRun& run) {
     int64_t since_ms = 0;
     std::string previous;
+    // The pipeline's decode counters become the new version's, in the switch's transaction: the
+    // live processor writes its counters there, so it holds the run's for this one commit.
+    const int live_index = processor_->engine().find_pipeline(run.name());
+    std::optional<DecodeCounters> live_counters;
+    if (live_index >= 0) {
+        live_counters = processor_->decode_counters()[static_cast<size_t>(live_index)];
+        processor_->set_decode_counters(static_cast<uint32_t>(live_index),
+                                        run.processor().decode_counters()[0]);
+    }
+    const DecodeCounters run_counters = run.processor().decode_counters()[0];
     auto committed = commit_state([&](lmdb::CheckpointTxn& txn, VersionRegistry& next) {
         txn.erase_prefix(core::Engine::state_prefix(run.name()));
         txn.rename_prefix(core::Engine::state_prefix(run.state_name()),
@@ -303,18 +334,31 @@ Result<bool> EngineHost::switch_version(BackfillRun& run) {
         e.record_pending = true;
         e.backfill_version.clear();
         e.backfill_definition.clear();
+        e.backfill_hold_seq = e.backfill_hold_offset = 0;
         since_ms = e.since_ms;
         previous = e.previous;
     });
     if (!committed) {
+        if (live_counters)
+            processor_->set_decode_counters(static_cast<uint32_t>(live_index), *live_counters);
         spdlog::warn("pipeline '{}': the switch to version {} waits: {}", run.name(), run.version(),
                      committed.error().message);
         return false;
     }
     spdlog::info("pipeline '{}': version {} is live (previous: {}), after backfilling {} records",
                  run.name(), run.version(), previous.empty() ? "none" : previous, run.records());
+    const std::string name = run.name();  // `run` goes with the load
     switches_.push_back({run.name(), run.version(), since_ms});
     if (auto loaded = load_from_store(); !loaded) return std::unexpected(loaded.error());
+    // A pipeline new in this config had no live counters to hold the run's: they are
+    // committed now, once (a switch of a new pipeline is rare; the next checkpoint would
+    // write them too, but a crash before it would restore none).
+    if (const int index = processor_->engine().find_pipeline(name); index >= 0 && live_index < 0) {
+        processor_->set_decode_counters(static_cast<uint32_t>(index), run_counters);
+        if (auto again = commit_state(nullptr); !again)
+            spdlog::warn("pipeline '{}': its decode counters wait for the next checkpoint: {}",
+                         name, again.error().message);
+    }
     queue_version_records();
     // The version record now, before any live result of the new version (a full outbox keeps
     // it in memory, still first in line).
@@ -346,7 +390,8 @@ Result<void> EngineHost::reconfigure(const config::Config& wanted) {
     config_.pipelines = wanted.pipelines;
     config_.backfill = wanted.backfill;
     config_.log_level = wanted.log_level;
-    if (auto loaded = load_from_store(); !loaded) {
+    auto loaded = load_from_store();
+    if (!loaded) {
         config_ = std::move(running.config);
         live_config_ = std::move(running.live_config);
         registry_ = std::move(running.registry);
@@ -359,6 +404,15 @@ Result<void> EngineHost::reconfigure(const config::Config& wanted) {
         return loaded;
     }
     queue_version_records();
+    // The plan is committed now, after the records it queued: a crash before the next
+    // checkpoint would otherwise undo an applied reload (a removed pipeline back at its old
+    // state, a backfill planned again with another backfill.from). While the outbox has no
+    // room the next checkpoint does it, as it waits for the same room.
+    if (auto flushed = flush(); !flushed) return std::unexpected(flushed.error());
+    if (can_checkpoint())
+        if (auto ok = checkpoint(); !ok)
+            spdlog::warn("reload: the new plan waits for the next checkpoint: {}",
+                         ok.error().message);
     return {};
 }
 

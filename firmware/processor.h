@@ -62,6 +62,10 @@ class Processor {
     core::Engine& engine() { return *engine_; }
     const config::Config& config() const { return config_; }
     const std::vector<DecodeCounters>& decode_counters() const { return counters_; }
+    /// Replaces one pipeline's counters (a switch hands the new version's to the live one).
+    void set_decode_counters(uint32_t pipeline, DecodeCounters counters) {
+        counters_.at(pipeline) = counters;
+    }
     /// The oldest event time this processor fed to a pipeline (as decoded, before clamping),
     /// INT64_MAX before any: what a version record's since_ms covers. Not stored.
     int64_t min_event_ms(uint32_t pipeline) const { return min_event_ms_[pipeline]; }

@@ -12,8 +12,9 @@ namespace tidemark::firmware {
 namespace bytes = core::bytes;
 
 namespace {
-// 2 added switch_ms after since_ms; 3 the runs (ran, ran_saturated, runs_numbered) after the
-// entries. 1 and 2 are read: switch_ms 0, and every version their entries name taken as run.
+// 2 added switch_ms after since_ms; 3 an entry's backfill hold (seq, offset) and the runs
+// (ran, ran_saturated, runs_numbered) after the entries. 1 and 2 are read: switch_ms 0, and every
+// version their entries name taken as run.
 constexpr uint8_t registry_encoding = 3;
 
 uint64_t ran_key(std::string_view pipeline, std::string_view version) {
@@ -89,6 +90,8 @@ std::string VersionRegistry::encode() const {
         bytes::put_u64(out, e.backfill_offset);
         bytes::put_i64(out, e.backfill_from_ms);
         bytes::put_i64(out, e.backfill_since_ms);
+        bytes::put_u64(out, e.backfill_hold_seq);
+        bytes::put_u64(out, e.backfill_hold_offset);
     }
     bytes::put_u32(out, static_cast<uint32_t>(ran.size()));
     for (const uint64_t k : ran)
@@ -122,6 +125,9 @@ Result<VersionRegistry> VersionRegistry::decode(std::string_view in) {
         in.remove_prefix(1);
         if (!bytes::get_u64(in, e.backfill_offset) || !bytes::get_i64(in, e.backfill_from_ms) ||
             !bytes::get_i64(in, e.backfill_since_ms))
+            return damaged();
+        if (encoding >= 3 && (!bytes::get_u64(in, e.backfill_hold_seq) ||
+                              !bytes::get_u64(in, e.backfill_hold_offset)))
             return damaged();
         r.entries.push_back(std::move(e));
     }

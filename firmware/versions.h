@@ -38,6 +38,12 @@ struct VersionEntry {
     uint64_t backfill_offset = 0;           // the next log record the backfill reads
     int64_t backfill_from_ms = INT64_MIN;   // records ingested before this are skipped
     int64_t backfill_since_ms = INT64_MAX;  // the oldest event time it fed; MAX: none yet
+    // After a restart the backfill reads again, from backfill_offset, what it had read before
+    // the crash: the outbox must still know the ids of the rows it emitted then (all at or
+    // after outbox seq hold_seq) until it is past hold_offset, the log's end at the restart.
+    // 0: no hold.
+    uint64_t backfill_hold_seq = 0;
+    uint64_t backfill_hold_offset = 0;
 };
 
 /// Operation: encoded with core/bytes.h into one state value, written in every checkpoint, so
