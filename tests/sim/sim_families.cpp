@@ -202,6 +202,29 @@ struct Shaper {
         op(t2, OpKind::reload, iu);
         op(t3, OpKind::reload, add_config(cv));
     }
+
+    // A reload applied, then a crash before the next checkpoint, then a start with a config
+    // that names a removed pipeline again, or the same config with a backfill.from: what the
+    // reload did must hold after the crash (it was reported applied).
+    void crash_after_reload() {
+        ensure_pipelines(2);
+        s.checkpoint_every = 6;
+        const int64_t t = 6 * rng.range(3, 12) + rng.range(1, 4);  // no checkpoint at t
+        ConfigState removed = first();
+        ConfigState back = first();
+        if (rng.chance(0.5)) {
+            removed.pipelines.erase(removed.pipelines.begin() + 1);
+            if (rng.chance(0.5)) back.pipelines[1] = mutate(rng, back.pipelines[1]);
+        } else {
+            removed.pipelines[1] = mutate(rng, removed.pipelines[1]);
+            removed.pipelines[1].backfill_from_age_ms = rng.range(1, 3) * minute_ms;
+            if (removed.pipelines[1].lateness_ms == first().pipelines[1].lateness_ms)
+                removed.pipelines[1].lateness_ms += 20'000;  // surely a new version
+            back = removed;
+        }
+        op(t, OpKind::reload, add_config(removed));
+        op(t + 1, OpKind::restart, add_config(back), rng.next());
+    }
 };
 
 }  // namespace
@@ -214,6 +237,7 @@ void shape_family(Rng& rng, Scenario& s, std::vector<std::vector<PipelineDef>>& 
     if (s.family == "failed_reload") shaper.failed_reload();
     if (s.family == "long_keys") shaper.long_keys();
     if (s.family == "rerun") shaper.rerun();
+    if (s.family == "crash_after_reload") shaper.crash_after_reload();
 }
 
 }  // namespace tidemark::sim

@@ -16,9 +16,11 @@ using Window = PipelineDef::Window;
 // (scope partition). session_cut: sessions cut at max_duration with late events near their
 // start. failed_reload: a reload that fails on a damaged state entry while a backfill runs or
 // a pipeline is removed. long_keys: keys and partitions near and over their limits. rerun: a
-// version run again (revert, then the same change) with backfill.from.
-const std::vector<std::string> family_names = {
-    "mixed", "versions_outage", "fast_clock", "session_cut", "failed_reload", "long_keys", "rerun"};
+// version run again (revert, then the same change) with backfill.from. crash_after_reload: a
+// reload applied, then a crash before the next checkpoint.
+const std::vector<std::string> family_names = {"mixed",       "versions_outage",   "fast_clock",
+                                               "session_cut", "failed_reload",     "long_keys",
+                                               "rerun",       "crash_after_reload"};
 
 }  // namespace
 
