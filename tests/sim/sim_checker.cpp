@@ -68,6 +68,7 @@ std::map<Window, Result> view_of(const std::vector<Result>& results) {
 
 struct Row {
     Received received;
+    size_t index = 0;  // its place in what the upstream received
     std::string version;
     Result result;
 };
@@ -168,6 +169,29 @@ void check_unit(const Unit& u, const Recording& rec, Failures& out) {
                                            std::to_string(kept) + " (window of " + std::get<0>(w) +
                                            " at " + std::to_string(std::get<1>(w)) + ")");
         }
+    // DESIGN.md section 4: a switch's version record comes after every result the switching
+    // version emitted before it, and before its first result after it (rows in outbox order:
+    // what the upstream received first).
+    const Expected& x = *u.runs.front();
+    if (u.runs.size() == 1 && x.run->switched_in && !rec.compaction_ever && x.ambiguous.empty()) {
+        size_t at = rec.upstream.size();
+        for (size_t i = 0; i < rec.upstream.size() && at == rec.upstream.size(); ++i) {
+            const Received& r = rec.upstream[i];
+            if (!r.version_record || r.pipeline != u.pipeline || r.payload.empty()) continue;
+            const auto j = nlohmann::json::parse(r.payload, nullptr, false);
+            if (j.is_object() && j.value("version", "") == u.label &&
+                j.value("switch_ms", int64_t{0}) == x.switch_ms)
+                at = i;
+        }
+        std::set<uint64_t> before;
+        for (const Row* r : u.rows)
+            if (r->index < at) before.insert(r->received.id);
+        if (at < rec.upstream.size() && before.size() != x.results_before_live)
+            out.add("version records",
+                    where + ": " + std::to_string(before.size()) +
+                        " of its results arrived before its version record, but it emitted " +
+                        std::to_string(x.results_before_live) + " before the switch");
+    }
     // DESIGN.md section 4: a late event inside the horizon (watermark < end + lateness)
     // corrects the window; past it, it is too late. A merged session is exempt: its fired
     // part was inside the horizon (retracted, closed_by merge), and the merge may end it
@@ -224,8 +248,11 @@ std::vector<std::string> check(const Scenario& s, const Recording& rec, std::str
     for (const Run& run : rec.versions.runs())
         expected.push_back(expect(s, rec, run));
     std::vector<Row> rows;
-    for (const Received& r : rec.upstream)
-        if (!r.version_record) rows.push_back(parse_row(r, expected));
+    for (size_t i = 0; i < rec.upstream.size(); ++i)
+        if (!rec.upstream[i].version_record) {
+            rows.push_back(parse_row(rec.upstream[i], expected));
+            rows.back().index = i;
+        }
 
     // Ids: one id, one record (version records too); each id said once.
     std::map<uint64_t, const Received*> by_id;
@@ -235,6 +262,28 @@ std::vector<std::string> check(const Scenario& s, const Recording& rec, std::str
             !added && it->second->payload != r.payload && reused.insert(r.id).second)
             out.add("ids", "id " + std::to_string(r.id) + " names two different records: " +
                                it->second->payload + " and " + r.payload);
+    // DESIGN.md section 5, inside the appliance zero duplicated: a record may reach the
+    // upstream twice (a resend), but it is one outbox row. A version run again must not use
+    // the ids of its earlier run at all (section 4), even for the same content.
+    std::set<uint64_t> doubled;
+    for (const Received& r : rec.upstream) {
+        if (by_id[r.id]->seq == r.seq || reused.count(r.id) || !doubled.insert(r.id).second)
+            continue;
+        const auto j = nlohmann::json::parse(r.payload, nullptr, false);
+        const std::string version = j.is_object() ? j.value("version", "") : "";
+        int runs = 0;
+        for (const Run& run : rec.versions.runs())
+            runs +=
+                run.pipeline == r.pipeline && !version.empty() && version.starts_with(run.version);
+        if (runs > 1)
+            out.add("ids", "a version run again reused an id of its earlier run (outbox seqs " +
+                               std::to_string(by_id[r.id]->seq) + " and " + std::to_string(r.seq) +
+                               "): " + r.payload);
+        else
+            out.add("duplicates", "id " + std::to_string(r.id) + " was two outbox rows (seqs " +
+                                      std::to_string(by_id[r.id]->seq) + " and " +
+                                      std::to_string(r.seq) + "): " + r.payload);
+    }
 
     // Records by (pipeline, version label), in the order they first arrived; mapped to the runs
     // of the version the label starts with, in order, or pooled when the counts differ.

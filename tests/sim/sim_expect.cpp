@@ -48,8 +48,13 @@ Expected expect(const Scenario& s, const Recording& rec, const Run& run, int sil
     model::ReferenceModel m(node_id, run.candidate.config.spec);
     const uint64_t end = run.end_offset == offset_open ? rec.end_of_log : run.end_offset;
     int64_t since = INT64_MAX;
+    bool live = false;
     for (const LogEntry& e : rec.log) {
         if (e.offset < run.start_offset || e.offset >= end) continue;
+        if (!live && e.offset >= run.live_from) {
+            live = true;
+            x.results_before_live = m.emissions.size();
+        }
         if (e.offset < run.live_from) x.switch_ms = e.ingest_ms;
         if (e.ingest_ms < run.from_ms) continue;  // backfill.from: not read at all
         model::Record r;
@@ -91,6 +96,7 @@ Expected expect(const Scenario& s, const Recording& rec, const Run& run, int sil
         m.step(r);
     }
     x.since_ms = since == INT64_MAX ? 0 : since;
+    if (!live) x.results_before_live = m.emissions.size();
     for (const core::Emission& e : m.emissions)
         x.results.push_back(from_emission(e));
     x.stats = m.stats;

@@ -38,6 +38,7 @@ struct Expected {
     model::ModelStats stats;
     uint64_t malformed = 0;           // matched the topic filter but do not decode
     int64_t since_ms = 0;             // the oldest event fed before it became live (0: none)
+    size_t results_before_live = 0;   // of `results`, those emitted before live_from
     int64_t switch_ms = 0;            // the ingest time of the last record before live_from
     std::set<std::string> ambiguous;  // partition|key over 256 bytes (see sim_checker.cpp)
     std::map<std::string, std::string> partition_of;  // result key -> its partition

@@ -142,6 +142,7 @@ struct Received {
     std::string pipeline;
     uint64_t id = 0;
     std::string payload;
+    uint64_t seq = 0;  // the outbox row it was
 };
 
 inline constexpr uint64_t offset_open = std::numeric_limits<uint64_t>::max();

@@ -35,7 +35,7 @@ Result<void> Upstream::pump(Rng& rng, size_t batch_max) {
     const size_t acked = rng.chance(0.05) ? rng.below(rows->size() + 1) : rows->size();
     for (size_t i = 0; i < rows->size(); ++i) {
         const lmdb::OutboxRow& row = (*rows)[i];
-        received_.push_back({row.version_record, row.pipeline, row.id, row.payload});
+        received_.push_back({row.version_record, row.pipeline, row.id, row.payload, row.seq});
         if (i < acked) acknowledged_.push_back(row.seq);
     }
     if (acked < rows->size()) {

@@ -167,6 +167,15 @@ bool World::checkpoint(const std::string& why, bool fault_expected) {
     auto ok = host_->checkpoint();
     if (!ok && !fault_expected)
         failure("a checkpoint failed without a fault (" + why + "): " + ok.error().message);
+    if (note_ && ok) {
+        auto stats = host_->store().outbox_stats();
+        std::string backfills;
+        for (const firmware::BackfillFigures& f : host_->backfill_figures())
+            backfills += " " + f.pipeline + "@" + std::to_string(f.offset);
+        note_(where_ + ": checkpoint at log offset " + std::to_string(host_->consumed_offset()) +
+              ", outbox seq_next " + (stats ? std::to_string(stats->seq_next) : "?") +
+              (backfills.empty() ? "" : ", backfills" + backfills));
+    }
     return ok.has_value();
 }
 
