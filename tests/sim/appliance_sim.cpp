@@ -36,12 +36,14 @@
 // model's for every run (a version switched out: up to the switch; one switched in: all of
 // it); every record is one the model computed; without compaction none is lost; with retract
 // corrections finals + updates - retracts give each window's value; a late correction is
-// inside the allowed lateness; an id never names two records; the downstream's version table
-// names each pipeline's live version (switch_ms, previous, since_ms), cleared only for removed
-// pipelines; the host's counters are the model's; in scope partition, turning the most skewed
-// device (and one more) silent changes no other device's results; every checkpoint and reload
-// without an injected fault succeeds; a reload that fails changes no version and moves no
-// backfill back; the log reads back as appended, each message once.
+// inside the allowed lateness; an id names one record and one outbox row, and a version run
+// again uses new ids; the downstream's version table names each pipeline's live version
+// (switch_ms, previous, since_ms), its record comes after the results the switching version
+// emitted before it, and it is cleared only for removed pipelines; the host's counters are the
+// model's; in scope partition, turning the most skewed device (and one more) silent changes no
+// other device's results; every checkpoint and reload without an injected fault succeeds; a
+// reload that fails changes no version, no live state, and moves no backfill back; the log
+// reads back as appended, each message once. docs/RELIABILITY.md section 6 has what it found.
 //
 // Replay a seed: build/tests/sim/appliance_sim --seed N --verbose (add --no-fork for a
 // debugger). Many: --seeds COUNT [--first N]; for a time: --seconds S [--first N], whose last
