@@ -155,15 +155,18 @@ class PipelineRun {
     bool refire_late(KeyState& k, int64_t t, int64_t wm, EmissionSink& sink);
 
     // --- sessions (sessions.h, sessions.cpp) -------------------------------------------------
-    // The sessions of a key that an event at t joins: [first, last) in start order. When it
-    // joins none (first == last), `own_end` is where its own session ends: t + gap, cut at
-    // max_duration and where the next session starts. An event can overlap a session and
-    // still join none (the span would pass max_duration): its own window decides whether it is
-    // too late, not the one it overlaps.
+    // The sessions of a key that an event at t joins: [first, last) in start order, and the
+    // session it makes: [start, end) holding events up to last_ms (its own when it joins none:
+    // t + gap, cut at max_duration and where the next session starts). That window decides
+    // whether the event is too late: an event can overlap a session and join none (the span
+    // would pass max_duration), and a merge cut at max_duration can end before the sessions
+    // it joins did, past its horizon.
     struct SessionSpan {
         size_t first = 0;
         size_t last = 0;
-        int64_t own_end = 0;
+        int64_t start = 0;
+        int64_t last_ms = 0;
+        int64_t end = 0;
     };
     int64_t session_due(const KeyState& k) const;
     void session_due_reached(KeyState& k, int64_t due, Domain& d, EmissionSink& sink);

@@ -40,7 +40,8 @@ TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState* k, int
                                                           int64_t t_end) const {
     const int64_t max_duration = spec_.window.max_duration_ms;
     SessionSpan span;
-    span.own_end = std::min(t_end, sat_add(t, max_duration));
+    span.start = span.last_ms = t;
+    span.end = std::min(t_end, sat_add(t, max_duration));
     if (!k) return span;
     const auto& units = k->units;
     size_t& first = span.first;
@@ -62,28 +63,32 @@ TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState* k, int
         else
             last = first;
     }
-    if (first == last && last < units.size())
-        span.own_end = std::min(span.own_end, units[last].start);
+    for (size_t i = first; i < last; ++i) {
+        span.start = std::min(span.start, units[i].start);
+        span.last_ms = std::max(span.last_ms, units[i].last_ms);
+    }
+    span.end =
+        std::min(sat_add(span.last_ms, spec_.window.gap_ms), sat_add(span.start, max_duration));
+    if (last < units.size()) span.end = std::min(span.end, units[last].start);
     return span;
 }
 
-// A session it joins is kept for its lateness: not too late for it. One it only overlaps does
-// not count (see SessionSpan).
+// Too late when the session the event would make is past its horizon (see SessionSpan).
 bool PipelineRun::session_too_late(const KeyState* k, int64_t t, int64_t wm) const {
     const SessionSpan span = session_span(k, t, sat_add(t, spec_.window.gap_ms));
-    return span.first == span.last && sat_add(span.own_end, lateness_ms_) <= wm;
+    return sat_add(span.end, lateness_ms_) <= wm;
 }
 
 void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p, Domain& d,
                                 int64_t t, const Event& event, EmissionSink& sink) {
     const int64_t wm = d.watermark;
     const int64_t gap = spec_.window.gap_ms;
-    const int64_t max_duration = spec_.window.max_duration_ms;
     const int64_t t_end = sat_add(t, gap);
     const SessionSpan span = session_span(k, t, t_end);
     const size_t first = span.first, last = span.last;
-    if (first == last && wm != time_min && sat_add(span.own_end, lateness_ms_) <= wm) {
-        too_late(sink, key, event, t, t, span.own_end, wm);
+    const int64_t start = span.start, last_ms = span.last_ms, end = span.end;
+    if (wm != time_min && sat_add(end, lateness_ms_) <= wm) {
+        too_late(sink, key, event, t, start, end, wm);
         return;
     }
     k = admit_key(k, key, p, d, event, t, sink);
@@ -94,14 +99,6 @@ void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p,
         return;
     }
     auto& units = k->units;
-    int64_t start = t;
-    int64_t last_ms = t;
-    for (size_t i = first; i < last; ++i) {
-        start = std::min(start, units[i].start);
-        last_ms = std::max(last_ms, units[i].last_ms);
-    }
-    int64_t end = std::min(sat_add(last_ms, gap), sat_add(start, max_duration));
-    if (last < units.size()) end = std::min(end, units[last].start);
     TM_ASSERT(start <= t && t <= last_ms && last_ms < end);
     const bool late = end <= wm;
     mark_dirty(*k);

@@ -91,6 +91,25 @@ TEST_CASE("an event that overlaps a session it cannot join, inside the horizon, 
     CHECK(d.stats().late_updated == 1);
 }
 
+TEST_CASE("a late event whose merge, cut at max_duration, ends past the horizon is too late") {
+    // Found by the appliance simulation (issue 24). Gap 20s, max 40s, lateness 30s: the fired
+    // session [100s, 130s) is kept until the watermark reaches 160s. An event at 85s joins it
+    // (the span 85s..110s fits), but the merged session ends at 85s + 40s = 125s, whose
+    // horizon (155s) the watermark (158s) has passed: too late. Before, the fired session was
+    // retracted and [85s, 125s) emitted as a final closed_by late, past its own horizon.
+    auto spec = make_spec(WindowType::session, 20 * second, 40 * second);
+    spec.late.allowed_lateness_ms = 30 * second;
+    Driver d(spec);
+    d.feed({100 * second, "a", 100 * second, 1});
+    d.feed({110 * second, "a", 110 * second, 1});
+    d.feed({158 * second, "a", 158 * second, 1});
+    REQUIRE(d.rec.out.size() == 1);  // [100s, 130s) fired
+    d.feed({159 * second, "a", 85 * second, 1});
+    INFO(d.rec.text());
+    CHECK(d.rec.out.size() == 1);
+    CHECK(d.stats().too_late == 1);
+}
+
 TEST_CASE("a composite key too long to store is refused, and every checkpoint still commits") {
     // Scope partition with a partition other than the key: `partition|key`, each part up to
     // 256 bytes from the decoder, made state keys of 536-544 bytes, over LMDB's 511: the

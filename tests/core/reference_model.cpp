@@ -415,14 +415,24 @@ void ReferenceModel::apply_event(const Record& record) {
         // takes it. Joining none, it opens a session of its own, which may be cut short by
         // max_duration and by the next session's start even when it overlaps one it could not
         // join: that own window decides.
+        // Either way, the session it makes decides: a merge cut at max_duration can end before
+        // the sessions it joins did, past its horizon.
         static const Key no_key;
         const Key& k = kit != keys_.end() ? kit->second : no_key;
-        int64_t own_end = std::min(t + spec_.window.gap_ms, t + spec_.window.max_duration_ms);
-        for (const auto& s : k.sessions)
-            if (s.start > t) own_end = std::min(own_end, s.start);
-        too_late = session_join(k, t).empty() && own_end + lateness <= wd;
-        late_start = t;
-        late_end = own_end;
+        const std::vector<size_t> join = session_join(k, t);
+        int64_t lo = t, hi = t;
+        for (size_t i : join) {
+            lo = std::min(lo, k.sessions[i].earliest());
+            hi = std::max(hi, k.sessions[i].latest());
+        }
+        int64_t end = std::min(hi + spec_.window.gap_ms, lo + spec_.window.max_duration_ms);
+        for (size_t i = 0; i < k.sessions.size(); ++i)
+            if (std::find(join.begin(), join.end(), i) == join.end() && k.sessions[i].start > lo)
+                end = std::min(end, k.sessions[i].start);
+        too_late = end + lateness <= wd;
+        if (too_late && !join.empty()) ++coverage["session: join past the horizon"];
+        late_start = lo;
+        late_end = end;
     }
 
     auto touch_partition = [&] {
