@@ -33,6 +33,8 @@ json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
     p["too_late"] = s.too_late;
     p["too_late_partial"] = s.too_late_partial;
     p["partitions_forgotten"] = s.partitions_forgotten;
+    p["partitions_remembered"] = s.partitions_remembered;
+    p["forgotten_evicted"] = s.forgotten_evicted;
     p["side_outputs"] = s.side_outputs;
     p["clamped"] = s.clamped;
     p["malformed"] = d.malformed;
