@@ -44,6 +44,21 @@ TM_HOT PipelineRun::SessionSpan PipelineRun::session_span(const KeyState* k, int
     span.end = std::min(t_end, sat_add(t, max_duration));
     if (!k) return span;
     const auto& units = k->units;
+    // Most events fall inside their key's newest session (issue 31's fast path): it is the one
+    // they join, every older session ends before it starts, and none comes after it.
+    if (!units.empty()) {
+        const Unit& newest = units.back();
+        const int64_t last_ms = std::max(newest.last_ms, t);
+        if (newest.start <= t && t < newest.end && last_ms - newest.start < max_duration) {
+            span.first = units.size() - 1;
+            span.last = units.size();
+            span.start = newest.start;
+            span.last_ms = last_ms;
+            span.end = std::min(sat_add(last_ms, spec_.window.gap_ms),
+                                sat_add(newest.start, max_duration));
+            return span;
+        }
+    }
     size_t& first = span.first;
     size_t& last = span.last;
     while (first < units.size() && units[first].end <= t)
