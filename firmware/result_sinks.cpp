@@ -21,6 +21,10 @@ void BatchSink::emit(const core::Emission& e) {
     row.window_end_ms = e.end_ms;
     row.revision = e.revision;
     row.kind = e.kind;
+    // Retract mode sends a retract of the previous revision before every update.
+    row.after_retract =
+        e.kind == core::EmissionKind::update &&
+        config_.pipelines[e.pipeline].spec.late.corrections == core::Corrections::retract;
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
                          row.payload, config_.pipelines[e.pipeline].spec.version);
     rows.push_back(std::move(row));

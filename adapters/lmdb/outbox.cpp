@@ -135,8 +135,18 @@ StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::
     // reached the consumer, so it must travel.
     const auto retract = core::EmissionKind::retract;
     if (!old_unsent || old.kind == retract) return true;
-    const bool cancels_old = row.kind == retract && row.revision == old.revision;
-    const bool replaces_old = row.kind != retract && row.revision > old.revision;
+    // A retract of the unsent row cancels it only when the consumer can hold nothing of the
+    // window from before it (it is the window's first row, or its previous revision was
+    // retracted first); else the consumer may hold an earlier revision, which only the retract
+    // withdraws: it replaces the unsent row and travels (issue 24: a session merged away in
+    // upsert mode, its update and the merge's retract both dropped, left the consumer with the
+    // final it had been sent).
+    const bool nothing_before_old =
+        (old.revision == 0 && old.kind == core::EmissionKind::final_result) || old.after_retract;
+    const bool retracts_old = row.kind == retract && row.revision == old.revision;
+    const bool cancels_old = retracts_old && nothing_before_old;
+    const bool replaces_old =
+        (row.kind != retract && row.revision > old.revision) || (retracts_old && !cancels_old);
     if (!cancels_old && !replaces_old) return true;
     auto removed = b.impl.remove_outbox_row(b.txn, old_seq, append_what);
     if (!removed) return std::unexpected(removed.error());

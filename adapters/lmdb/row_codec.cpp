@@ -49,7 +49,7 @@ std::string u64_value(uint64_t v) {
 
 // id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
 // 1 update, 2 retract: core::EmissionKind's values; 16 a version record), payload str, enqueued_ms
-// i64 (format 2), version str (format 7).
+// i64 (format 2), version str and flags u8 (format 7: 1 = after_retract).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
     out.reserve(56 + row.pipeline.size() + row.key.size() + row.payload.size() +
@@ -66,6 +66,7 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_str(out, row.payload);
     bytes::put_i64(out, row.enqueued_ms);
     bytes::put_str(out, row.version);
+    out.push_back(row.after_retract ? 1 : 0);
     return out;
 }
 
@@ -83,7 +84,13 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
     row.enqueued_ms = 0;  // a row written by format version 1: unknown
     if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
     row.version.clear();  // a row written before format 7: the payload names it
-    if (!in.empty() && !get_str(in, row.version)) return false;
+    row.after_retract = false;
+    if (!in.empty()) {
+        if (!get_str(in, row.version) || in.size() != 1 || static_cast<uint8_t>(in[0]) > 1)
+            return false;
+        row.after_retract = in[0] != 0;
+        in.remove_prefix(1);
+    }
     return in.empty();
 }
 

@@ -87,6 +87,11 @@ struct OutboxRow {
     core::EmissionKind kind = core::EmissionKind::final_result;
     int64_t enqueued_ms = 0;  // wall clock when appended (health: the oldest row's age); 0 unknown
     std::string payload;      // the JSON record as sent upstream
+    // An update whose previous revision was retracted just before it (corrections: retract):
+    // a consumer holds nothing of the window from the rows before it, so a retract of it may
+    // cancel it unsent. Without it (upsert), the consumer may hold an earlier revision that
+    // only the retract withdraws, and the retract must travel.
+    bool after_retract = false;
     // A pipeline's version record (DESIGN.md section 4), not a result: sent retained on the
     // results topic + "/version" after every row before it; never compacted. Key and window
     // are empty; kind is final_result.
