@@ -28,6 +28,9 @@ std::vector<std::vector<std::string>> aggregate_names(const config::Config& conf
 
 struct Processor::Impl {
     std::vector<codec::Decoder> decoders;
+    // One parse per record, read by every pipeline that matches it (issue 31); its memory is
+    // bounded after a large payload (codec::payload_retained_bytes_max).
+    codec::PayloadParser parser;
     codec::DecodedEvent scratch;
 };
 
@@ -83,12 +86,19 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
         }
         return;
     }
+    codec::PayloadParser& parser = impl_->parser;
+    bool parsed = false;
     for (uint32_t i = 0; i < impl_->decoders.size(); ++i) {
-        codec::Decoder& decoder = impl_->decoders[i];
+        const codec::Decoder& decoder = impl_->decoders[i];
         if (!decoder.matches(record.topic)) continue;
+        // Parsed at the first pipeline that wants it: a record no pipeline matches costs no parse.
+        if (!parsed) {
+            parser.parse(record.payload);
+            parsed = true;
+        }
         codec::DecodedEvent& out = impl_->scratch;
         const codec::DecodeStatus status =
-            decoder.decode(record.topic, record.payload, record.ingest_ms, record.offset, out);
+            decoder.decode(parser, record.topic, record.ingest_ms, record.offset, out);
         if (status != codec::DecodeStatus::ok) {
             ++counters_[i].malformed;
             sink.malformed(i, record, out.reason);
@@ -98,6 +108,17 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
         min_event_ms_[i] = std::min(min_event_ms_[i], out.event.event_ms);
         engine_->process(i, out.event, sink);
     }
+    // Events hold no view into the parsed document: a large one's parser goes now, not at the
+    // next record.
+    if (parsed) parser.release();
+}
+
+uint64_t Processor::payload_parses() const {
+    return impl_->parser.parses();
+}
+
+size_t Processor::parser_capacity_bytes() const {
+    return impl_->parser.capacity_bytes();
 }
 
 void Processor::checkpoint(core::StateWriter& writer) {
