@@ -287,9 +287,32 @@ DecodeStatus Decoder::decode(const PayloadParser& parsed, std::string_view topic
         if (status != DecodeStatus::ok) return status;
     }
 
+    out.event.key = out.key_buffer;
+    out.event.partition = partition;
+    out.event.event_ms = event_ms;
+    out.event.ingest_ms = ingest_ms;
+    out.event.order = order;
+    out.event.topic = topic;
+    out.event.payload = p.payload;
+    decode_fields(parsed, out);
+    return DecodeStatus::ok;
+}
+
+bool Decoder::same_event_as(const Decoder& other) const noexcept {
+    const DecoderSpec& a = impl_->spec;
+    const DecoderSpec& b = other.impl_->spec;
+    return a.topic_filter == b.topic_filter && a.key == b.key && a.partition == b.partition &&
+           a.timestamp == b.timestamp;
+}
+
+void Decoder::decode_fields(const PayloadParser& parsed, DecodedEvent& out) const {
+    const DecoderSpec& spec = impl_->spec;
+    const PayloadParser::Impl& p = *parsed.impl_;
+    TM_ASSERT(!p.released && p.status == DecodeStatus::ok);
+    out.fields_missing = 0;
     out.field_values.resize(spec.field_pointers.size());
     for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
-        auto value = root.at_pointer(spec.field_pointers[i]);
+        auto value = p.root.at_pointer(spec.field_pointers[i]);
         double number = core::field_missing;
         if (!value.error()) {
             auto as_double = value.value_unsafe().get_double();
@@ -298,16 +321,7 @@ DecodeStatus Decoder::decode(const PayloadParser& parsed, std::string_view topic
         if (std::isnan(number)) ++out.fields_missing;
         out.field_values[i] = number;
     }
-
-    out.event.key = out.key_buffer;
-    out.event.partition = partition;
-    out.event.event_ms = event_ms;
-    out.event.ingest_ms = ingest_ms;
-    out.event.order = order;
     out.event.fields = out.field_values;
-    out.event.topic = topic;
-    out.event.payload = p.payload;
-    return DecodeStatus::ok;
 }
 
 std::string_view json_kernel() {

@@ -173,6 +173,14 @@ class Decoder {
     /// Does `topic` match this pipeline's topic filter?
     bool matches(std::string_view topic) const noexcept;
 
+    /// Whether `other` makes the same event of every message but for the fields: the same topic
+    /// filter, key, partition and timestamp. Several pipelines over one telemetry usually do.
+    bool same_event_as(const Decoder& other) const noexcept;
+    /// Replaces the fields of `out`, which a decoder that same_event_as this one decoded from
+    /// `parsed` with status ok, by this pipeline's: what decode() would give, for the cost of
+    /// the field lookups alone.
+    void decode_fields(const PayloadParser& parsed, DecodedEvent& out) const;
+
   private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

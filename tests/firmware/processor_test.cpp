@@ -3,6 +3,7 @@
 // (issue 25, finding 5).
 #include "firmware/processor.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -16,22 +17,27 @@ using namespace tidemark;
 namespace {
 
 std::string pipeline_json(const std::string& name, const std::string& topic,
-                          const std::string& window) {
-    return R"({"name": ")" + name + R"(", "topic": ")" + topic + R"(", "key": "topic:1",
-      "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
-      "window": )" +
-           window + R"(, "watermark": {"delay": "1s", "idle_timeout": "1m"},
-      "aggregates": {"n": {"fn": "count"}, "max": {"fn": "max", "field": "temp"}},
+                          const std::string& window, const std::string& field = "/temp",
+                          const std::string& key = "topic:1") {
+    return R"({"name": ")" + name + R"(", "topic": ")" + topic + R"(", "key": ")" + key +
+           R"(", "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": ")" +
+           field + R"("}, "window": )" + window +
+           R"(, "watermark": {"delay": "1s", "idle_timeout": "1m"},
+      "aggregates": {"n": {"fn": "count"}, "max": {"fn": "max", "field": "v"}},
       "limits": {"max_keys": 100, "max_open_windows": 10000}})";
 }
 
-// Five pipelines on one topic (1m, 5m, 1h, hopping, session) and one on another topic.
+// Five pipelines on one topic that make the same event but for their field (1m, 5m, 1h,
+// hopping, session; "hum" is in half of the messages), one on that topic with another key
+// (absent from most messages), and one on another topic.
 const std::vector<std::string> pipelines = {
     pipeline_json("p1m", "sensors/+/telemetry", R"({"type": "tumbling", "size": "1m"})"),
     pipeline_json("p5m", "sensors/+/telemetry", R"({"type": "tumbling", "size": "5m"})"),
-    pipeline_json("p1h", "sensors/+/telemetry", R"({"type": "tumbling", "size": "1h"})"),
+    pipeline_json("by_site", "sensors/+/telemetry", R"({"type": "tumbling", "size": "1m"})",
+                  "/temp", "/site"),
+    pipeline_json("p1h", "sensors/+/telemetry", R"({"type": "tumbling", "size": "1h"})", "/hum"),
     pipeline_json("hop", "sensors/+/telemetry",
-                  R"({"type": "hopping", "size": "10m", "advance": "1m"})"),
+                  R"({"type": "hopping", "size": "10m", "advance": "1m"})", "/hum"),
     pipeline_json("session", "sensors/+/telemetry", R"({"type": "session", "gap": "2m"})"),
     pipeline_json("other", "plant/+/telemetry", R"({"type": "tumbling", "size": "1m"})"),
 };
@@ -87,7 +93,10 @@ std::vector<OwnedRecord> traffic(const std::string& large_payload = {}) {
         const int64_t ingest_ms = start_ms + i * 3000;
         const std::string device = "dev-" + std::to_string(i % 4);
         std::string payload = R"({"ts": )" + std::to_string(ingest_ms - (i * 7) % 2500) +
-                              R"(, "temp": )" + std::to_string(15 + (i * 13) % 20) + "}";
+                              R"(, "temp": )" + std::to_string(15 + (i * 13) % 20);
+        if (i % 2 == 0) payload += R"(, "hum": )" + std::to_string(40 + i % 30);
+        if (i % 3 == 0) payload += R"(, "site": "north")";
+        payload += "}";
         if (i == 700 && !large_payload.empty()) payload = large_payload;
         if (i == 100) payload = "not json";
         const std::string topic = i % 50 == 3   ? "plant/" + device + "/telemetry"
@@ -98,6 +107,13 @@ std::vector<OwnedRecord> traffic(const std::string& large_payload = {}) {
     }
     out.push_back({log::RecordType::tick, start_ms + 4 * 3'600'000, "", ""});
     return out;
+}
+
+int all_index(const config::Config& config, const std::string& name) {
+    for (size_t i = 0; i < config.pipelines.size(); ++i)
+        if (config.pipelines[i].spec.name == name) return static_cast<int>(i);
+    FAIL("no pipeline " << name);
+    return -1;
 }
 
 void feed_all(firmware::Processor& processor, const std::vector<OwnedRecord>& records,
@@ -133,11 +149,14 @@ TEST_CASE("five pipelines on one topic parse each record once", "[processor]") {
     CHECK(matched > 2000);
 
     // The one payload that is not JSON is refused by each pipeline that matches it, alike.
-    for (const std::string name : {"p1m", "p5m", "p1h", "hop", "session"}) {
+    REQUIRE(sink.refused["p1m"].size() == 1);
+    const std::string not_json = sink.refused["p1m"][0];
+    for (const std::string name : {"p5m", "p1h", "hop", "session"}) {
         INFO(name);
-        REQUIRE(sink.refused[name].size() == 1);
-        CHECK(sink.refused[name][0] == sink.refused["p1m"][0]);
+        CHECK(sink.refused[name] == std::vector<std::string>{not_json});
     }
+    const auto& by_site = sink.refused["by_site"];
+    CHECK(std::find(by_site.begin(), by_site.end(), not_json) != by_site.end());
     CHECK(sink.refused["other"].empty());
     CHECK_THAT(sink.refused["p1m"][0], Catch::Contains("the payload is not valid JSON"));
 }
@@ -160,7 +179,15 @@ TEST_CASE("each pipeline gives with the others exactly what it gives alone", "[p
         CHECK(alone_sink.results[name].size() > 0);
         CHECK(alone_sink.results[name] == sink.results[name]);
         CHECK(alone_sink.refused[name] == sink.refused[name]);
+        const int index = all_index(all, name);
+        CHECK((*alone)->decode_counters()[0].malformed ==
+              (*together)->decode_counters()[index].malformed);
+        CHECK((*alone)->decode_counters()[0].fields_missing ==
+              (*together)->decode_counters()[index].fields_missing);
     }
+    // The cases the comparison covers: fields missing in half the messages, keys in a third.
+    CHECK((*together)->decode_counters()[3].fields_missing > 1000);
+    CHECK(sink.refused["by_site"].size() > 1000);
 }
 
 TEST_CASE("the processor keeps no large parser after a large payload", "[processor]") {
@@ -176,6 +203,6 @@ TEST_CASE("the processor keeps no large parser after a large payload", "[process
     feed_all(**processor, traffic(large), sink);
     CHECK((*processor)->parser_capacity_bytes() <= codec::payload_retained_bytes_max);
     CHECK((*processor)->parser_capacity_bytes() > 0);
-    // Its event counted like the others: no pipeline refused it.
+    // Its event counted like the others: only the payload that is not JSON was refused.
     CHECK(sink.refused["p1m"].size() == 1);
 }
