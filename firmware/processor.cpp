@@ -1,7 +1,5 @@
 #include "firmware/processor.h"
 
-#include <deque>
-
 #include "adapters/codec/decoder.h"
 #include "adapters/codec/topic.h"
 #include "core/bytes.h"
@@ -45,8 +43,8 @@ struct Processor::Impl {
         bool decoded = false;
         codec::DecodeStatus status = codec::DecodeStatus::ok;
     };
-    std::vector<uint32_t> group_of;  // per pipeline
-    std::deque<Group> groups;        // at most one per pipeline; a deque: Group cannot move
+    std::vector<uint32_t> group_of;   // per pipeline
+    std::unique_ptr<Group[]> groups;  // at most one per pipeline (Group cannot move)
     uint64_t record_serial = 0;
 };
 
@@ -70,20 +68,22 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
                                                      std::string_view state_tag) {
     std::vector<core::PipelineSpec> specs;
     auto impl = std::make_unique<Impl>();
+    uint32_t groups = 0;
     for (const config::PipelineConfig& p : config.pipelines) {
         specs.push_back(p.spec);
         impl->decoders.emplace_back(decoder_spec(p));
         const codec::Decoder& decoder = impl->decoders.back();
-        uint32_t group = static_cast<uint32_t>(impl->groups.size());
+        uint32_t group = groups;  // a new one, unless an earlier decoder makes the same event
         for (size_t j = 0; j + 1 < impl->decoders.size(); ++j) {
             if (decoder.same_event_as(impl->decoders[j])) {
                 group = impl->group_of[j];
                 break;
             }
         }
-        if (group == impl->groups.size()) impl->groups.emplace_back();
+        if (group == groups) ++groups;
         impl->group_of.push_back(group);
     }
+    impl->groups = std::make_unique<Impl::Group[]>(groups);
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
     std::unique_ptr<Processor> processor(

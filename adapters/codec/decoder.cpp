@@ -233,6 +233,24 @@ struct Decoder::Impl {
         event_ms = *ms;
         return DecodeStatus::ok;
     }
+
+    // The numbers at the field pointers into out.field_values (NaN where absent or not a
+    // number, counted), and out.event.fields over them.
+    void fields(simdjson::dom::element root, DecodedEvent& out) const {
+        out.fields_missing = 0;
+        out.field_values.resize(spec.field_pointers.size());
+        for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
+            auto value = root.at_pointer(spec.field_pointers[i]);
+            double number = core::field_missing;
+            if (!value.error()) {
+                auto as_double = value.value_unsafe().get_double();
+                if (!as_double.error()) number = as_double.value_unsafe();
+            }
+            if (std::isnan(number)) ++out.fields_missing;
+            out.field_values[i] = number;
+        }
+        out.event.fields = out.field_values;
+    }
 };
 
 Decoder::Decoder(const DecoderSpec& spec) : impl_(std::make_unique<Impl>()) {
@@ -294,7 +312,7 @@ DecodeStatus Decoder::decode(const PayloadParser& parsed, std::string_view topic
     out.event.order = order;
     out.event.topic = topic;
     out.event.payload = p.payload;
-    decode_fields(parsed, out);
+    d.fields(root, out);
     return DecodeStatus::ok;
 }
 
@@ -306,22 +324,9 @@ bool Decoder::same_event_as(const Decoder& other) const noexcept {
 }
 
 void Decoder::decode_fields(const PayloadParser& parsed, DecodedEvent& out) const {
-    const DecoderSpec& spec = impl_->spec;
     const PayloadParser::Impl& p = *parsed.impl_;
     TM_ASSERT(!p.released && p.status == DecodeStatus::ok);
-    out.fields_missing = 0;
-    out.field_values.resize(spec.field_pointers.size());
-    for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
-        auto value = p.root.at_pointer(spec.field_pointers[i]);
-        double number = core::field_missing;
-        if (!value.error()) {
-            auto as_double = value.value_unsafe().get_double();
-            if (!as_double.error()) number = as_double.value_unsafe();
-        }
-        if (std::isnan(number)) ++out.fields_missing;
-        out.field_values[i] = number;
-    }
-    out.event.fields = out.field_values;
+    impl_->fields(p.root, out);
 }
 
 std::string_view json_kernel() {

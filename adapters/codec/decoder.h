@@ -96,10 +96,10 @@ struct DecodedEvent {
 /// The default source.max_payload: with the default config no payload takes the slower path.
 inline constexpr size_t payload_retained_bytes_max = 64 * 1024;
 
-/// The most memory simdjson's DOM parser allocates per byte of the document it parses: its
-/// padded copy of the payload (1), structural indexes (4 bytes a byte), the tape (8) and the
-/// string buffer (5/3), plus a few KiB. Measured (tests/adapters/codec/payload_parser_test.cpp,
-/// docs/CONFIG.md "Memory"): a worst-case payload makes about 13.3 of them resident.
+/// The most memory simdjson's DOM parser allocates per byte of the document it parses, rounded
+/// up: its padded copy of the payload (1), structural indexes (4 bytes a byte), the tape (8) and
+/// the string buffer (5/3), 14.7 in all plus a few KiB. Measured (docs/CONFIG.md, "Memory for
+/// payloads"): the worst payload found, [0,0,0,...], makes 13.0 of them resident.
 inline constexpr size_t parser_bytes_per_payload_byte = 15;
 
 /// One message's payload, parsed once for every pipeline whose topic filter matches it.

@@ -291,6 +291,64 @@ TEST_CASE("topic filters match as MQTT says", "[codec]") {
     }
 }
 
+namespace {
+
+// The level-by-level matcher topic_matches replaced (one pass now): the reference it must agree
+// with on every pair.
+bool reference_topic_matches(std::string_view filter, std::string_view name) {
+    if (!name.empty() && name[0] == '$' && !filter.empty() &&
+        (filter[0] == '+' || filter[0] == '#')) {
+        return false;
+    }
+    size_t filter_at = 0, topic_at = 0;
+    while (true) {
+        size_t filter_end = filter.find('/', filter_at);
+        if (filter_end == std::string_view::npos) filter_end = filter.size();
+        std::string_view f = filter.substr(filter_at, filter_end - filter_at);
+        if (f == "#") return true;
+        size_t topic_end = name.find('/', topic_at);
+        if (topic_end == std::string_view::npos) topic_end = name.size();
+        std::string_view t = name.substr(topic_at, topic_end - topic_at);
+        if (f != "+" && f != t) return false;
+        if (filter_end == filter.size()) return topic_end == name.size();
+        if (topic_end == name.size()) return filter.substr(filter_end + 1) == "#";
+        filter_at = filter_end + 1;
+        topic_at = topic_end + 1;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("topic matching agrees with the level-by-level reference", "[codec]") {
+    // Short strings over an alphabet of levels, separators and wildcards: every shape of
+    // filter and topic (empty levels, '$', a '+' or '#' inside a level) comes up many times.
+    const char alphabet[] = {'a', 'b', '/', '+', '#', '$'};
+    uint64_t state = 12345;
+    const auto next = [&] {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        return static_cast<uint32_t>(state >> 33);
+    };
+    const auto text = [&](bool wildcards) {
+        std::string out;
+        const uint32_t n = next() % 7;
+        for (uint32_t i = 0; i < n; ++i) {
+            const char c = alphabet[next() % (wildcards ? 6 : 3)];
+            out += c == '$' && !wildcards ? 'a' : c;
+        }
+        if (!wildcards && next() % 4 == 0) out.insert(0, "$");
+        return out;
+    };
+    uint64_t matched = 0;
+    for (int i = 0; i < 200000; ++i) {
+        const std::string filter = text(true), name = text(false);
+        const bool expected = reference_topic_matches(filter, name);
+        matched += expected;
+        if (codec::topic_matches(filter, name) != expected)
+            FAIL("filter \"" << filter << "\" topic \"" << name << "\": " << expected);
+    }
+    CHECK(matched > 5000);
+}
+
 TEST_CASE("a key in a topic template stays one level and is never a wildcard", "[codec]") {
     CHECK(codec::expand_topic_template("tidemark/{node_id}/{pipeline}", "gw-01", "t_1m", "k") ==
           "tidemark/gw-01/t_1m");
