@@ -114,7 +114,8 @@ inline constexpr size_t parser_bytes_per_payload_byte = 15;
 /// release(), and never after the payload's bytes go away.
 /// Limits: kept memory at most parser_bytes_per_payload_byte x payload_retained_bytes_max
 /// (under 1 MiB); during one large document, that multiple of its size (the caller bounds it by
-/// source.max_payload).
+/// source.max_payload). Process-wide: a program that links this pins glibc's mmap threshold at
+/// 128 KiB at start (payload_parser.cpp says why), so that freed large buffers leave the heap.
 class PayloadParser {
   public:
     PayloadParser();

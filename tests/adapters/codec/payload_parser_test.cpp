@@ -25,6 +25,14 @@ codec::DecoderSpec spec(std::vector<std::string> fields) {
     return s;
 }
 
+// AddressSanitizer keeps freed memory in its quarantine and ignores mallopt: under it only the
+// parser's own capacity can be checked (CI's sanitizer build of the fast tests).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool rss_meaningful = false;
+#else
+constexpr bool rss_meaningful = true;
+#endif
+
 // Resident memory of this process (/proc/self/statm, second field).
 int64_t rss_bytes() {
     std::ifstream statm("/proc/self/statm");
@@ -125,15 +133,19 @@ TEST_CASE("a 4 MiB payload's memory is given back: RSS returns near its baseline
         REQUIRE(decoder.decode(parser, topic, 0, 0, out) == DecodeStatus::ok);
         const int64_t during = rss_bytes() - baseline;
         INFO("round " << round << ": " << during / 1024 << " KiB above the baseline during");
-        // The parser's memory is real (about 13 x the payload resident): what must come back.
-        CHECK(during > static_cast<int64_t>(8 * large.size()));
-        CHECK(during <= static_cast<int64_t>(codec::parser_bytes_per_payload_byte * large.size()));
+        CHECK(parser.capacity_bytes() >= large.size());
+        if (rss_meaningful) {
+            // The parser's memory is real (about 13 x the payload resident): what must come back.
+            CHECK(during > static_cast<int64_t>(8 * large.size()));
+            CHECK(during <=
+                  static_cast<int64_t>(codec::parser_bytes_per_payload_byte * large.size()));
+        }
         parser.release();
         for (int i = 0; i < 100; ++i)
             REQUIRE(decoder.decode(parser, topic, small, 0, 0, out) == DecodeStatus::ok);
         const int64_t after = rss_bytes() - baseline;
         INFO("after: " << after / 1024 << " KiB above the baseline");
-        CHECK(after < 2 * 1024 * 1024);
+        if (rss_meaningful) CHECK(after < 2 * 1024 * 1024);
         CHECK(parser.capacity_bytes() <= codec::payload_retained_bytes_max);
     }
 }
