@@ -1,13 +1,24 @@
 // Replay throughput: LogReader -> Processor (simdjson decode) -> Engine (tumbling 1m mean, count,
 // max) -> result encoding, on one core, the loop `tidemark replay` runs.
 //
-// replay.records_per_s: log records per second (median of 3 runs over the same log, each with a
-// fresh Processor and reader; the log is in the page cache after generation, as a recent log on
-// a gateway mostly is). replay.days_30_at_100_msgs_per_s_s: 30 * 86400 * 100 / that rate.
+// replay.records_per_s: log records per second (median of --runs N runs, default 3, over the
+// same log, each with a fresh Processor and reader; the log is in the page cache after
+// generation, as a recent log on a gateway mostly is); replay.records_per_cpu_s: the same over
+// the process's CPU time (steadier on a shared machine). replay.days_30_at_100_msgs_per_s_s:
+// 30 * 86400 * 100 / the wall rate.
+// replay.pipelines_5_vs_1 (issue 31): the CPU time of the same log replayed by five pipelines on
+// the one topic (that 1m pipeline, 5m and 1h tumbling, a 10m window hopping every 1m, a 5m-gap
+// session) over the one pipeline's, medians, the runs of the two configs interleaved so that a
+// change in the machine's load falls on both; _wall: the same with wall time.
+// replay.parses_per_record: payload parses per message record with five pipelines (1: the
+// payload is parsed once, whatever number of pipelines match its topic).
 // The log: --records N (default 2M) small JSON telemetry messages ({"ts":...,"temp":...,...},
 // about 60 bytes) from --devices D (default 10k) on sensors/dev-N/telemetry, 1 ms of ingest time
 // apart with 0-2 s of lag, a tick every 1000 records; written to a temp dir under /var/tmp and
-// removed afterwards (--keep DIR writes it there and keeps it, for perf).
+// removed afterwards (--keep DIR writes it there and keeps it, for perf). --pipelines 1 (or 5):
+// that config's runs only.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,29 +39,56 @@ namespace {
 using namespace tidemark;
 using Clock = std::chrono::steady_clock;
 
-constexpr int repetitions = 3;
 constexpr int64_t start_ms = 1764547200000;
 
-const char* config_json = R"({"node_id": "bench", "data_dir": "/var/tmp",
-  "source": {"uri": "tcp://127.0.0.1:1883"},
-  "pipelines": [{"name": "temp_1m", "topic": "sensors/+/telemetry", "key": "topic:1",
+const char* config_head = R"({"node_id": "bench", "data_dir": "/var/tmp",
+  "source": {"uri": "tcp://127.0.0.1:1883"}, "storage": {"map_size": "4GiB"}, "pipelines": [)";
+const char* temp_1m_json = R"({"name": "temp_1m", "topic": "sensors/+/telemetry", "key": "topic:1",
     "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
     "window": {"type": "tumbling", "size": "1m"},
     "watermark": {"delay": "5s", "idle_timeout": "1m", "scope": "global"},
     "aggregates": {"avg": {"fn": "mean", "field": "temp"}, "n": {"fn": "count"},
                    "max": {"fn": "max", "field": "temp"}},
-    "limits": {"max_keys": 100000, "max_open_windows": 1000000}}]})";
+    "limits": {"max_keys": 100000, "max_open_windows": 1000000}})";
+
+// Five pipelines over the same telemetry, as a gateway commonly runs them (issue 31).
+const char* four_more_json = R"(,
+  {"name": "temp_5m", "topic": "sensors/+/telemetry", "key": "topic:1",
+    "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
+    "window": {"type": "tumbling", "size": "5m"},
+    "watermark": {"delay": "5s", "idle_timeout": "1m", "scope": "global"},
+    "aggregates": {"avg": {"fn": "mean", "field": "temp"}, "n": {"fn": "count"},
+                   "max": {"fn": "max", "field": "temp"}},
+    "limits": {"max_keys": 100000, "max_open_windows": 1000000}},
+  {"name": "temp_1h", "topic": "sensors/+/telemetry", "key": "topic:1",
+    "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
+    "window": {"type": "tumbling", "size": "1h"},
+    "watermark": {"delay": "5s", "idle_timeout": "1m", "scope": "global"},
+    "aggregates": {"avg": {"fn": "mean", "field": "temp"}, "min": {"fn": "min", "field": "temp"},
+                   "max": {"fn": "max", "field": "temp"}},
+    "limits": {"max_keys": 100000, "max_open_windows": 1000000}},
+  {"name": "hum_10m_every_1m", "topic": "sensors/+/telemetry", "key": "topic:1",
+    "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"hum": "/hum"},
+    "window": {"type": "hopping", "size": "10m", "advance": "1m"},
+    "watermark": {"delay": "5s", "idle_timeout": "1m", "scope": "global"},
+    "aggregates": {"avg": {"fn": "mean", "field": "hum"}},
+    "limits": {"max_keys": 100000, "max_open_windows": 2000000}},
+  {"name": "session", "topic": "sensors/+/telemetry", "key": "topic:1",
+    "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"temp": "/temp"},
+    "window": {"type": "session", "gap": "5m", "max_duration": "1h"},
+    "watermark": {"delay": "5s", "idle_timeout": "1m", "scope": "global"},
+    "aggregates": {"n": {"fn": "count"}, "max": {"fn": "max", "field": "temp"}},
+    "limits": {"max_keys": 100000, "max_open_windows": 1000000}})";
 
 // Encodes each result as replay does, without the file write.
 class EncodeSink : public firmware::ProcessorSink {
   public:
-    explicit EncodeSink(const config::Config& c) : config_(c) {
-        for (const auto& a : c.pipelines[0].spec.aggregates)
-            names_.push_back(a.name);
-    }
+    explicit EncodeSink(const config::Config& c)
+        : config_(c), names_(firmware::aggregate_names(c)) {}
     void emit(const core::Emission& e) override {
-        codec::encode_result(config_.node_id, config_.pipelines[0].spec.name, names_, e, line_,
-                             config_.pipelines[0].spec.version);
+        const config::PipelineConfig& p = config_.pipelines[e.pipeline];
+        codec::encode_result(config_.node_id, p.spec.name, names_[e.pipeline], e, line_,
+                             p.spec.version);
         ++results;
         bytes += line_.size();
     }
@@ -60,7 +98,7 @@ class EncodeSink : public firmware::ProcessorSink {
 
   private:
     const config::Config& config_;
-    std::vector<std::string> names_;
+    std::vector<std::vector<std::string>> names_;
     std::string line_;
 };
 
@@ -102,9 +140,18 @@ uint64_t write_log(const std::string& dir, uint64_t records, uint64_t devices) {
     return payload_bytes / records;
 }
 
+// CPU time of this process: on a loaded machine (the 2 cores here are shared) the wall time of a
+// run moves 2-4x between runs; the CPU time it took moves far less.
+double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 struct Run {
-    double seconds = 0;
+    double seconds = 0, cpu_seconds = 0;
     uint64_t records = 0, results = 0, malformed = 0;
+    uint64_t messages = 0, parses = 0;  // message records; payload parses for all pipelines
 };
 
 Run run_once(const config::Config& config, const std::string& dir) {
@@ -112,6 +159,7 @@ Run run_once(const config::Config& config, const std::string& dir) {
     if (!processor) die(processor.error().message);
     EncodeSink sink(config);
     const auto t0 = Clock::now();
+    const double cpu0 = cpu_seconds();
     auto reader = log::LogReader::open(dir);
     if (!reader) die(reader.error().message);
     log::Record rec;
@@ -122,10 +170,13 @@ Run run_once(const config::Config& config, const std::string& dir) {
         if (!*next) break;
         (*processor)->feed(rec, sink);
         ++run.records;
+        if (rec.type == log::RecordType::message) ++run.messages;
     }
     run.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    run.cpu_seconds = cpu_seconds() - cpu0;
     run.results = sink.results;
     run.malformed = sink.malformed_count;
+    run.parses = (*processor)->payload_parses();
     return run;
 }
 
@@ -134,6 +185,8 @@ Run run_once(const config::Config& config, const std::string& dir) {
 int main(int argc, char** argv) {
     uint64_t records = 2'000'000, devices = 10'000;
     std::string keep_dir;
+    bool one_pipeline = true, five = true;
+    int runs = 3;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--records" && i + 1 < argc)
@@ -142,12 +195,24 @@ int main(int argc, char** argv) {
             devices = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--keep" && i + 1 < argc)
             keep_dir = argv[++i];
-        else
-            die("usage: bench_replay [--records N] [--devices D] [--keep DIR]");
+        else if (a == "--runs" && i + 1 < argc)
+            runs = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--pipelines" && i + 1 < argc) {
+            const std::string n = argv[++i];
+            if (n != "1" && n != "5") die("--pipelines takes 1 or 5");
+            one_pipeline = n == "1";
+            five = n == "5";
+        } else
+            die("usage: bench_replay [--records N] [--devices D] [--keep DIR] [--pipelines 1|5] "
+                "[--runs N]");
     }
     if (records == 0 || devices == 0) die("--records and --devices must be positive");
-    auto config = config::parse_config(config_json, "/var/tmp");
+    const std::string one = std::string(config_head) + temp_1m_json + "]}";
+    const std::string five_json = std::string(config_head) + temp_1m_json + four_more_json + "]}";
+    auto config = config::parse_config(one, "/var/tmp");
     if (!config) die(config::format_errors(config.error()));
+    auto config_5 = config::parse_config(five_json, "/var/tmp");
+    if (!config_5) die(config::format_errors(config_5.error()));
 
     std::string dir = keep_dir;
     if (dir.empty()) {
@@ -164,19 +229,53 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(devices),
                     static_cast<unsigned long long>(payload_avg), log_dir.c_str());
     }
-    std::vector<double> rates;
-    for (int r = 0; r < repetitions; ++r) {
-        const Run run = run_once(*config, log_dir);
-        rates.push_back(static_cast<double>(run.records) / run.seconds);
-        std::printf("run %d: %llu records in %.3f s, %llu results, %llu malformed\n", r + 1,
-                    static_cast<unsigned long long>(run.records), run.seconds,
-                    static_cast<unsigned long long>(run.results),
-                    static_cast<unsigned long long>(run.malformed));
+    const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    struct Series {
+        std::vector<double> seconds, cpu_seconds;
+        Run last;
+    };
+    const auto run_and_print = [&](const config::Config& c, const char* what, int r, Series& s) {
+        s.last = run_once(c, log_dir);
+        s.seconds.push_back(s.last.seconds);
+        s.cpu_seconds.push_back(s.last.cpu_seconds);
+        std::printf(
+            "run %d, %s: %llu records in %.3f s (%.3f s CPU), %llu results, %llu malformed\n",
+            r + 1, what, static_cast<unsigned long long>(s.last.records), s.last.seconds,
+            s.last.cpu_seconds, static_cast<unsigned long long>(s.last.results),
+            static_cast<unsigned long long>(s.last.malformed));
+    };
+    Series one_series, five_series;
+    for (int r = 0; r < runs; ++r) {
+        if (one_pipeline) run_and_print(*config, "1 pipeline", r, one_series);
+        if (five) run_and_print(*config_5, "5 pipelines", r, five_series);
     }
     if (keep_dir.empty()) std::filesystem::remove_all(dir);
-    std::sort(rates.begin(), rates.end());
-    const double rate = rates[rates.size() / 2];
-    std::printf("replay.records_per_s: %.0f records/s\n", rate);
-    std::printf("replay.days_30_at_100_msgs_per_s_s: %.1f s\n", 30.0 * 86400 * 100 / rate);
+    if (one_pipeline) {
+        const double n = static_cast<double>(one_series.last.records);
+        const double rate = n / median(one_series.seconds);
+        std::printf("replay.records_per_s: %.0f records/s\n", rate);
+        std::printf("replay.records_per_cpu_s: %.0f records/s\n",
+                    n / median(one_series.cpu_seconds));
+        std::printf("replay.days_30_at_100_msgs_per_s_s: %.1f s\n", 30.0 * 86400 * 100 / rate);
+    }
+    if (five) {
+        const double n = static_cast<double>(five_series.last.records);
+        std::printf("replay.pipelines_5_records_per_s: %.0f records/s\n",
+                    n / median(five_series.seconds));
+        std::printf("replay.pipelines_5_records_per_cpu_s: %.0f records/s\n",
+                    n / median(five_series.cpu_seconds));
+        std::printf("replay.parses_per_record: %.2f\n",
+                    static_cast<double>(five_series.last.parses) /
+                        static_cast<double>(five_series.last.messages));
+    }
+    if (one_pipeline && five) {
+        std::printf("replay.pipelines_5_vs_1_wall: %.2f\n",
+                    median(five_series.seconds) / median(one_series.seconds));
+        std::printf("replay.pipelines_5_vs_1: %.2f\n",
+                    median(five_series.cpu_seconds) / median(one_series.cpu_seconds));
+    }
     return 0;
 }

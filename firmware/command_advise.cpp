@@ -303,6 +303,7 @@ Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const st
                                 double target_percent, const AdviseLimits& limits) {
     LagAdvisor advisor(pipeline.spec, target_percent, limits);
     codec::Decoder decoder(decoder_spec(pipeline));
+    codec::PayloadParser parser;
     codec::DecodedEvent decoded;
     uint64_t records = 0, malformed = 0, end_offset = 0;
 
@@ -320,7 +321,7 @@ Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const st
             continue;
         }
         if (rec.type != log::RecordType::message || !decoder.matches(rec.topic)) continue;
-        if (decoder.decode(rec.topic, rec.payload, rec.ingest_ms, rec.offset, decoded) !=
+        if (decoder.decode(parser, rec.topic, rec.payload, rec.ingest_ms, rec.offset, decoded) !=
             codec::DecodeStatus::ok) {
             ++malformed;
             continue;
@@ -343,8 +344,8 @@ Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const st
             if (!next) return std::unexpected(next.error());
             if (!*next) break;
             if (rec.type != log::RecordType::message || !decoder.matches(rec.topic)) continue;
-            if (decoder.decode(rec.topic, rec.payload, rec.ingest_ms, rec.offset, decoded) ==
-                codec::DecodeStatus::ok)
+            if (decoder.decode(parser, rec.topic, rec.payload, rec.ingest_ms, rec.offset,
+                               decoded) == codec::DecodeStatus::ok)
                 advisor.add_again(decoded.event.partition, decoded.event.event_ms);
         }
     }

@@ -12,11 +12,11 @@
 #include "adapters/log/segment_files.h"
 #include "core/duration.h"
 #include "core/emission.h"
+#include "core/time_text.h"
 #include "firmware/commands.h"
 #include "firmware/dir_lock.h"
 #include "firmware/health_report.h"
 #include "firmware/processor.h"
-#include "firmware/time_text.h"
 #include "firmware/version_plan.h"
 #include "firmware/versions.h"
 
@@ -25,6 +25,7 @@ namespace tidemark::firmware {
 namespace {
 
 using json = nlohmann::ordered_json;
+using core::utc_text;
 
 // Records are counted by a full scan only below this; above, the scan would take minutes on a
 // gateway, so only the first record and the newest segment are read.

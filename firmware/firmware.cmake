@@ -22,7 +22,6 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/adapter_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/result_sinks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/service_parts.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/time_text.cpp
   ${CMAKE_CURRENT_LIST_DIR}/version_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/versions.cpp
 )

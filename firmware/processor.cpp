@@ -28,7 +28,24 @@ std::vector<std::vector<std::string>> aggregate_names(const config::Config& conf
 
 struct Processor::Impl {
     std::vector<codec::Decoder> decoders;
-    codec::DecodedEvent scratch;
+    // One parse per record, read by every pipeline that matches it (issue 31); its memory is
+    // bounded after a large payload (codec::payload_retained_bytes_max).
+    codec::PayloadParser parser;
+
+    // Pipelines whose decoders make the same event but for its fields (Decoder::same_event_as:
+    // the same topic filter, key, partition and timestamp) form a group: the topic is matched
+    // and the key and time decoded once per record for the group, and each pipeline after the
+    // first reads only its fields. The results are those of a full decode per pipeline.
+    struct Group {
+        codec::DecodedEvent scratch;
+        uint64_t record_serial = 0;  // the record matched and decoded below (0: none yet)
+        bool matched = false;
+        bool decoded = false;
+        codec::DecodeStatus status = codec::DecodeStatus::ok;
+    };
+    std::vector<uint32_t> group_of;   // per pipeline
+    std::unique_ptr<Group[]> groups;  // at most one per pipeline (Group cannot move)
+    uint64_t record_serial = 0;
 };
 
 Processor::Processor(config::Config config, std::unique_ptr<core::Engine> engine,
@@ -51,10 +68,22 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
                                                      std::string_view state_tag) {
     std::vector<core::PipelineSpec> specs;
     auto impl = std::make_unique<Impl>();
+    uint32_t groups = 0;
     for (const config::PipelineConfig& p : config.pipelines) {
         specs.push_back(p.spec);
         impl->decoders.emplace_back(decoder_spec(p));
+        const codec::Decoder& decoder = impl->decoders.back();
+        uint32_t group = groups;  // a new one, unless an earlier decoder makes the same event
+        for (size_t j = 0; j + 1 < impl->decoders.size(); ++j) {
+            if (decoder.same_event_as(impl->decoders[j])) {
+                group = impl->group_of[j];
+                break;
+            }
+        }
+        if (group == groups) ++groups;
+        impl->group_of.push_back(group);
     }
+    impl->groups = std::make_unique<Impl::Group[]>(groups);
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
     std::unique_ptr<Processor> processor(
@@ -83,13 +112,32 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
         }
         return;
     }
-    for (uint32_t i = 0; i < impl_->decoders.size(); ++i) {
-        codec::Decoder& decoder = impl_->decoders[i];
-        if (!decoder.matches(record.topic)) continue;
-        codec::DecodedEvent& out = impl_->scratch;
-        const codec::DecodeStatus status =
-            decoder.decode(record.topic, record.payload, record.ingest_ms, record.offset, out);
-        if (status != codec::DecodeStatus::ok) {
+    Impl& d = *impl_;
+    const uint64_t serial = ++d.record_serial;
+    bool parsed = false;
+    for (uint32_t i = 0; i < d.decoders.size(); ++i) {
+        const codec::Decoder& decoder = d.decoders[i];
+        Impl::Group& group = d.groups[d.group_of[i]];
+        if (group.record_serial != serial) {
+            group.record_serial = serial;
+            group.matched = decoder.matches(record.topic);
+            group.decoded = false;
+        }
+        if (!group.matched) continue;
+        // Parsed at the first pipeline that wants it: a record no pipeline matches costs no parse.
+        if (!parsed) {
+            d.parser.parse(record.payload);
+            parsed = true;
+        }
+        codec::DecodedEvent& out = group.scratch;
+        if (!group.decoded) {
+            group.status =
+                decoder.decode(d.parser, record.topic, record.ingest_ms, record.offset, out);
+            group.decoded = true;
+        } else if (group.status == codec::DecodeStatus::ok) {
+            decoder.decode_fields(d.parser, out);
+        }
+        if (group.status != codec::DecodeStatus::ok) {
             ++counters_[i].malformed;
             sink.malformed(i, record, out.reason);
             continue;
@@ -98,6 +146,17 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
         min_event_ms_[i] = std::min(min_event_ms_[i], out.event.event_ms);
         engine_->process(i, out.event, sink);
     }
+    // Events hold no view into the parsed document: a large one's parser goes now, not at the
+    // next record.
+    if (parsed) d.parser.release();
+}
+
+uint64_t Processor::payload_parses() const {
+    return impl_->parser.parses();
+}
+
+size_t Processor::parser_capacity_bytes() const {
+    return impl_->parser.capacity_bytes();
 }
 
 void Processor::checkpoint(core::StateWriter& writer) {

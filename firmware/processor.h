@@ -41,12 +41,15 @@ class ProcessorSink : public core::EmissionSink {
 
 /// Decodes each log record for every pipeline whose topic filter matches and feeds the engine.
 ///
-/// Operation: ticks only advance the clock; a message is decoded once per matching pipeline
-/// (simdjson, no allocation in steady state) and processed; a record logged as malformed
-/// (oversized payloads) is counted for every pipeline it matches. Because replay uses this same
-/// class over the same records, replay gives the same emissions as the live run.
+/// Operation: ticks only advance the clock; a message's payload is parsed once (simdjson, no
+/// allocation in steady state) and every pipeline whose topic filter matches it decodes its
+/// event from that one document and processes it; a record logged as malformed (oversized
+/// payloads) is counted for every pipeline it matches. Because replay uses this same class over
+/// the same records, replay gives the same emissions as the live run.
 /// Concurrency: single-threaded, like the engine it owns.
-/// Limits: the engine's; decode scratch is one buffer per pipeline.
+/// Limits: the engine's; one parser (codec::PayloadParser: under 1 MiB kept, and during one
+/// large payload about codec::parser_bytes_per_payload_byte x its size, freed after the record)
+/// and one decode scratch, for all pipelines.
 class Processor {
   public:
     /// `state_tag` tells the stored decode counters of several processors apart (a backfill's:
@@ -74,6 +77,10 @@ class Processor {
     int64_t newest_ingest_ms() const;
     /// Records logged as malformed by ingest (oversized), over all pipelines.
     uint64_t malformed_records() const { return malformed_records_; }
+    /// Payloads parsed: one per message record that some pipeline matches, however many do.
+    uint64_t payload_parses() const;
+    /// What the parser keeps between records (codec::PayloadParser::capacity_bytes).
+    size_t parser_capacity_bytes() const;
 
     /// Writes the engine's changed state and the decode counters.
     void checkpoint(core::StateWriter& writer);

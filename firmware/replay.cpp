@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "adapters/codec/record.h"
-#include "adapters/codec/timestamp.h"
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
+#include "core/time_text.h"
 #include "firmware/commands.h"
 #include "firmware/processor.h"
 
@@ -47,7 +47,8 @@ std::optional<int64_t> parse_time_ms(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (end && *end == '\0') return static_cast<int64_t>(v);
-    auto t = codec::parse_rfc3339_ms(text);
+    // The parser the config's backfill.from and the payload codec use.
+    auto t = core::parse_rfc3339_ms(text);
     if (t) return *t;
     return std::nullopt;
 }

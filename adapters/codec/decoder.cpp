@@ -5,9 +5,11 @@
 #include <charconv>
 #include <cmath>
 
+#include "adapters/codec/payload_parser_impl.h"
 #include "adapters/codec/timestamp.h"
 #include "adapters/codec/topic.h"
 #include "core/result.h"
+#include "core/time_text.h"
 
 namespace tidemark::codec {
 namespace {
@@ -37,27 +39,6 @@ std::string_view format_name(TimeFormat format) {
             return "epoch_ns";
         case TimeFormat::rfc3339:
             return "rfc3339";
-    }
-    return "?";
-}
-
-std::string_view type_name(simdjson::dom::element_type type) {
-    using T = simdjson::dom::element_type;
-    switch (type) {
-        case T::ARRAY:
-            return "an array";
-        case T::OBJECT:
-            return "an object";
-        case T::INT64:
-        case T::UINT64:
-        case T::DOUBLE:
-            return "a number";
-        case T::STRING:
-            return "a string";
-        case T::BOOL:
-            return "a boolean";
-        case T::NULL_VALUE:
-            return "null";
     }
     return "?";
 }
@@ -117,12 +98,11 @@ std::string_view decode_status_name(DecodeStatus status) {
 
 struct Decoder::Impl {
     DecoderSpec spec;
-    simdjson::dom::parser parser;
 
     // Writes the key (or partition) into `out`; on failure sets reason and returns the status.
     DecodeStatus extract(const std::vector<KeySource>& parts, std::string_view topic,
                          simdjson::dom::element root, bool is_partition, std::string& out,
-                         std::string& reason) {
+                         std::string& reason) const {
         const std::string_view what = is_partition ? "partition" : "key";
         const DecodeStatus missing =
             is_partition ? DecodeStatus::missing_partition : DecodeStatus::missing_key;
@@ -178,7 +158,7 @@ struct Decoder::Impl {
                     break;
                 default:
                     reason.assign("the ").append(what).append(" pointer ").append(part.pointer);
-                    reason.append(" is ").append(type_name(e.type()));
+                    reason.append(" is ").append(json_type_name(e.type()));
                     reason.append(": use a string, number or boolean");
                     return bad;
             }
@@ -193,12 +173,17 @@ struct Decoder::Impl {
             reason.append(" bytes, more than the ");
             append_integer(reason, key_bytes_max);
             reason.append(" allowed");
+            // The buffer is kept for the next message: not at the size of a refused key, which
+            // can be as large as the payload (a 4 MiB string at the key's pointer).
+            out.clear();
+            out.shrink_to_fit();
             return bad;
         }
         return DecodeStatus::ok;
     }
 
-    DecodeStatus event_time(simdjson::dom::element root, int64_t& event_ms, std::string& reason) {
+    DecodeStatus event_time(simdjson::dom::element root, int64_t& event_ms,
+                            std::string& reason) const {
         const TimeSource& timestamp = spec.timestamp;
         auto value = root.at_pointer(timestamp.pointer);
         if (value.error() || value.value_unsafe().is_null()) {
@@ -211,7 +196,7 @@ struct Decoder::Impl {
         const auto type = e.type();
         if (timestamp.format == TimeFormat::rfc3339) {
             if (type == simdjson::dom::element_type::STRING) {
-                ms = parse_rfc3339_ms(e.get_string().value_unsafe());
+                if (auto t = core::parse_rfc3339_ms(e.get_string().value_unsafe())) ms = *t;
             }
         } else {
             const EpochUnit unit = epoch_unit(timestamp.format);
@@ -237,7 +222,7 @@ struct Decoder::Impl {
                 std::string_view s = e.get_string().value_unsafe();
                 reason.append("\"").append(s.substr(0, 64)).append("\"");
             } else {
-                reason.append(type_name(type));
+                reason.append(json_type_name(type));
             }
             reason.append(") is not a valid ").append(format_name(timestamp.format));
             reason.append(timestamp.format == TimeFormat::rfc3339
@@ -247,6 +232,24 @@ struct Decoder::Impl {
         }
         event_ms = *ms;
         return DecodeStatus::ok;
+    }
+
+    // The numbers at the field pointers into out.field_values (NaN where absent or not a
+    // number, counted), and out.event.fields over them.
+    void fields(simdjson::dom::element root, DecodedEvent& out) const {
+        out.fields_missing = 0;
+        out.field_values.resize(spec.field_pointers.size());
+        for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
+            auto value = root.at_pointer(spec.field_pointers[i]);
+            double number = core::field_missing;
+            if (!value.error()) {
+                auto as_double = value.value_unsafe().get_double();
+                if (!as_double.error()) number = as_double.value_unsafe();
+            }
+            if (std::isnan(number)) ++out.fields_missing;
+            out.field_values[i] = number;
+        }
+        out.event.fields = out.field_values;
     }
 };
 
@@ -263,32 +266,29 @@ bool Decoder::matches(std::string_view topic) const noexcept {
     return topic_matches(impl_->spec.topic_filter, topic);
 }
 
-DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, int64_t ingest_ms,
-                             uint64_t order, DecodedEvent& out) {
-    Impl& d = *impl_;
+DecodeStatus Decoder::decode(PayloadParser& parser, std::string_view topic,
+                             std::string_view payload, int64_t ingest_ms, uint64_t order,
+                             DecodedEvent& out) const {
+    parser.parse(payload);
+    const DecodeStatus status = decode(parser, topic, ingest_ms, order, out);
+    parser.release();
+    return status;
+}
+
+DecodeStatus Decoder::decode(const PayloadParser& parsed, std::string_view topic, int64_t ingest_ms,
+                             uint64_t order, DecodedEvent& out) const {
+    const Impl& d = *impl_;
     const DecoderSpec& spec = d.spec;
+    const PayloadParser::Impl& p = *parsed.impl_;
+    TM_ASSERT(!p.released);
     out.event = core::Event{};
     out.fields_missing = 0;
+    if (p.status != DecodeStatus::ok) {
+        out.reason = p.reason;
+        return p.status;
+    }
     out.reason.clear();
-
-    // realloc_if_needed: the parser copies the payload into its own padded buffer, reused (and
-    // grown only for a larger payload) from one call to the next.
-    auto parsed = d.parser.parse(payload.data(), payload.size(), true);
-    if (parsed.error()) {
-        if (parsed.error() == simdjson::UTF8_ERROR) {
-            out.reason.assign("the payload is not valid UTF-8");
-            return DecodeStatus::not_utf8;
-        }
-        out.reason.assign("the payload is not valid JSON: ");
-        out.reason.append(simdjson::error_message(parsed.error()));
-        return DecodeStatus::malformed_json;
-    }
-    simdjson::dom::element root = parsed.value_unsafe();
-    if (!root.is_object()) {
-        out.reason.assign("the payload is ").append(type_name(root.type()));
-        out.reason.append(", not a JSON object");
-        return DecodeStatus::not_an_object;
-    }
+    const simdjson::dom::element root = p.root;
 
     DecodeStatus status = d.extract(spec.key, topic, root, false, out.key_buffer, out.reason);
     if (status != DecodeStatus::ok) return status;
@@ -305,27 +305,28 @@ DecodeStatus Decoder::decode(std::string_view topic, std::string_view payload, i
         if (status != DecodeStatus::ok) return status;
     }
 
-    out.field_values.resize(spec.field_pointers.size());
-    for (size_t i = 0; i < spec.field_pointers.size(); ++i) {
-        auto value = root.at_pointer(spec.field_pointers[i]);
-        double number = core::field_missing;
-        if (!value.error()) {
-            auto as_double = value.value_unsafe().get_double();
-            if (!as_double.error()) number = as_double.value_unsafe();
-        }
-        if (std::isnan(number)) ++out.fields_missing;
-        out.field_values[i] = number;
-    }
-
     out.event.key = out.key_buffer;
     out.event.partition = partition;
     out.event.event_ms = event_ms;
     out.event.ingest_ms = ingest_ms;
     out.event.order = order;
-    out.event.fields = out.field_values;
     out.event.topic = topic;
-    out.event.payload = payload;
+    out.event.payload = p.payload;
+    d.fields(root, out);
     return DecodeStatus::ok;
+}
+
+bool Decoder::same_event_as(const Decoder& other) const noexcept {
+    const DecoderSpec& a = impl_->spec;
+    const DecoderSpec& b = other.impl_->spec;
+    return a.topic_filter == b.topic_filter && a.key == b.key && a.partition == b.partition &&
+           a.timestamp == b.timestamp;
+}
+
+void Decoder::decode_fields(const PayloadParser& parsed, DecodedEvent& out) const {
+    const PayloadParser::Impl& p = *parsed.impl_;
+    TM_ASSERT(!p.released && p.status == DecodeStatus::ok);
+    impl_->fields(p.root, out);
 }
 
 std::string_view json_kernel() {

@@ -1,4 +1,5 @@
-// Payload decoding on the hot path: one MQTT message -> one core::Event for one pipeline.
+// Payload decoding on the hot path: one MQTT message parsed once (PayloadParser), then one
+// core::Event for each pipeline whose topic filter matches it (Decoder).
 #pragma once
 
 #include <cstdint>
@@ -88,17 +89,70 @@ struct DecodedEvent {
     std::vector<double> field_values;
 };
 
-/// Decodes messages for one pipeline: key and partition from topic levels or JSON pointers,
-/// the event time, and numeric fields by JSON pointer.
+/// A payload up to this size is parsed by a parser a PayloadParser keeps from one message to the
+/// next; a larger one by a parser made for it and freed after it. simdjson's DOM parser holds
+/// parser_bytes_per_payload_byte x the largest document it has parsed and never gives it back:
+/// kept, one large message would pin that memory for good, in every processor that saw it.
+/// The default source.max_payload: with the default config no payload takes the slower path.
+inline constexpr size_t payload_retained_bytes_max = 64 * 1024;
+
+/// The most memory simdjson's DOM parser allocates per byte of the document it parses, rounded
+/// up: its padded copy of the payload (1), structural indexes (4 bytes a byte), the tape (8) and
+/// the string buffer (5/3), 14.7 in all plus a few KiB. Measured (docs/CONFIG.md, "Memory for
+/// payloads"): the worst payload found, [0,0,0,...], makes 13.0 of them resident.
+inline constexpr size_t parser_bytes_per_payload_byte = 15;
+
+/// One message's payload, parsed once for every pipeline whose topic filter matches it.
 ///
-/// Operation: the payload is parsed in full with the simdjson DOM parser (which validates
-/// JSON and UTF-8) from a reusable padded copy. A composite key joins its parts with '|'; inside
-/// a part of a composite key, '%' and '|' are written %25 and %7C so that different parts never
-/// join to the same key. Key parts that are numbers or booleans are their JSON text (numbers
-/// in shortest round-trip form: 7.50 -> "7.5"). Epoch timestamps may be JSON numbers (integer
-/// or fractional) or strings holding a decimal number; rfc3339 must be a string.
-/// Concurrency: one Decoder per thread; it owns its parser.
-/// Limits: no allocation per message once the buffers have grown to the largest payload and
+/// Operation: parse() validates the payload (JSON, UTF-8, an object) with simdjson's DOM parser
+/// from a padded copy; every Decoder then reads its fields from the same document. A payload of
+/// at most payload_retained_bytes_max bytes goes to the parser kept across messages (its
+/// buffers grow to the largest such payload, then stay); a larger one to a parser made for it,
+/// freed by release() or the next parse(). So a 4 MiB message costs its ~60 MiB once, not for
+/// the rest of the process's life.
+/// Concurrency: one thread at a time; the parsed document is valid until the next parse() or
+/// release(), and never after the payload's bytes go away.
+/// Limits: kept memory at most parser_bytes_per_payload_byte x payload_retained_bytes_max
+/// (under 1 MiB); during one large document, that multiple of its size (the caller bounds it by
+/// source.max_payload). Process-wide: a program that links this pins glibc's mmap threshold at
+/// 128 KiB at start (payload_parser.cpp says why), so that freed large buffers leave the heap.
+class PayloadParser {
+  public:
+    PayloadParser();
+    ~PayloadParser();
+    PayloadParser(PayloadParser&&) noexcept;
+    PayloadParser& operator=(PayloadParser&&) noexcept;
+
+    /// ok, not_utf8, malformed_json or not_an_object; reason() says why when not ok.
+    DecodeStatus parse(std::string_view payload);
+    DecodeStatus status() const noexcept;
+    const std::string& reason() const noexcept;
+    /// Frees the parser of a payload above payload_retained_bytes_max (after the last decoder
+    /// read it); nothing otherwise. The document is gone after it.
+    void release() noexcept;
+    /// The largest payload the parsers held now can take without growing (bytes of payload;
+    /// their memory is about parser_bytes_per_payload_byte x this).
+    size_t capacity_bytes() const noexcept;
+    /// Payloads parsed by this object: one per message however many pipelines read it.
+    uint64_t parses() const noexcept;
+
+  private:
+    friend class Decoder;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Decodes messages for one pipeline: key and partition from topic levels or JSON pointers,
+/// the event time, and numeric fields by JSON pointer, from a PayloadParser's document.
+///
+/// Operation: a composite key joins its parts with '|'; inside a part of a composite key, '%'
+/// and '|' are written %25 and %7C so that different parts never join to the same key. Key
+/// parts that are numbers or booleans are their JSON text (numbers in shortest round-trip form:
+/// 7.50 -> "7.5"). Epoch timestamps may be JSON numbers (integer or fractional) or strings
+/// holding a decimal number; rfc3339 must be a string (core/time_text.h's parser).
+/// Concurrency: a Decoder holds only its spec; decode() is const. The PayloadParser and the
+/// DecodedEvent are the caller's, one per thread.
+/// Limits: no allocation per message once the DecodedEvent's buffers have grown to the largest
 /// key seen. Payload size is bounded by the caller (source.max_payload).
 class Decoder {
   public:
@@ -107,13 +161,26 @@ class Decoder {
     Decoder(Decoder&&) noexcept;
     Decoder& operator=(Decoder&&) noexcept;
 
-    /// Fills `out.event` (with `ingest_ms`, `order`, `topic`, `payload` as given) or returns why
-    /// it could not. Does not check the topic against the pipeline's filter (see matches).
-    DecodeStatus decode(std::string_view topic, std::string_view payload, int64_t ingest_ms,
-                        uint64_t order, DecodedEvent& out);
+    /// Fills `out.event` from the document `parsed` holds (with `ingest_ms`, `order`, `topic` and
+    /// the parsed payload as given) or returns why it could not: the parse's own status and
+    /// reason when the payload did not parse. Does not check the topic against the pipeline's
+    /// filter (see matches). `out` points into nothing of `parsed`'s: release() may follow.
+    DecodeStatus decode(const PayloadParser& parsed, std::string_view topic, int64_t ingest_ms,
+                        uint64_t order, DecodedEvent& out) const;
+    /// One pipeline alone (advise, tests): parse `payload` with `parser`, decode, release.
+    DecodeStatus decode(PayloadParser& parser, std::string_view topic, std::string_view payload,
+                        int64_t ingest_ms, uint64_t order, DecodedEvent& out) const;
 
     /// Does `topic` match this pipeline's topic filter?
     bool matches(std::string_view topic) const noexcept;
+
+    /// Whether `other` makes the same event of every message but for the fields: the same topic
+    /// filter, key, partition and timestamp. Several pipelines over one telemetry usually do.
+    bool same_event_as(const Decoder& other) const noexcept;
+    /// Replaces the fields of `out`, which a decoder that same_event_as this one decoded from
+    /// `parsed` with status ok, by this pipeline's: what decode() would give, for the cost of
+    /// the field lookups alone.
+    void decode_fields(const PayloadParser& parsed, DecodedEvent& out) const;
 
   private:
     struct Impl;

@@ -9,24 +9,33 @@ bool topic_matches(std::string_view filter, std::string_view topic) noexcept {
         (filter[0] == '+' || filter[0] == '#')) {
         return false;
     }
-    size_t filter_at = 0;
-    size_t topic_at = 0;
+    // One pass over both, a level at a time (this runs per record and pipeline group).
+    const size_t filter_size = filter.size();
+    const size_t topic_size = topic.size();
+    size_t f = 0;
+    size_t t = 0;
     while (true) {
-        size_t filter_end = filter.find('/', filter_at);
-        if (filter_end == std::string_view::npos) filter_end = filter.size();
-        std::string_view f = filter.substr(filter_at, filter_end - filter_at);
-        if (f == "#") return true;
-        size_t topic_end = topic.find('/', topic_at);
-        if (topic_end == std::string_view::npos) topic_end = topic.size();
-        std::string_view t = topic.substr(topic_at, topic_end - topic_at);
-        if (f != "+" && f != t) return false;
-        bool filter_done = filter_end == filter.size();
-        bool topic_done = topic_end == topic.size();
+        const bool whole_level =
+            f + 1 == filter_size || (f + 1 < filter_size && filter[f + 1] == '/');
+        if (f < filter_size && filter[f] == '#' && whole_level) return true;
+        if (f < filter_size && filter[f] == '+' && whole_level) {
+            while (t < topic_size && topic[t] != '/')
+                ++t;
+            ++f;
+        } else {
+            for (; f < filter_size && filter[f] != '/'; ++f, ++t) {
+                if (t == topic_size || topic[t] != filter[f]) return false;
+            }
+            if (t < topic_size && topic[t] != '/') return false;
+        }
+        // Both at the end of a level: '/' or the end.
+        const bool filter_done = f == filter_size;
+        const bool topic_done = t == topic_size;
         if (filter_done) return topic_done;
         // "a/#" matches "a": the parent level is part of the multi-level wildcard.
-        if (topic_done) return filter.substr(filter_end + 1) == "#";
-        filter_at = filter_end + 1;
-        topic_at = topic_end + 1;
+        if (topic_done) return filter.substr(f + 1) == "#";
+        ++f;
+        ++t;
     }
 }
 

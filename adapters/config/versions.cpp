@@ -6,6 +6,7 @@
 #include "adapters/config/checker.h"
 #include "core/duration.h"
 #include "core/hash.h"
+#include "core/time_text.h"
 
 namespace tidemark::config {
 
@@ -35,46 +36,6 @@ uint64_t put_extractors(uint64_t h, const std::vector<Extractor>& list) {
                                              : put(h, e.pointer);
     }
     return h;
-}
-
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const int64_t yoe = y - era * 400;
-    const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-// "2026-11-30T12:00:00Z", with optional fractional seconds and a "+hh:mm"/"-hh:mm" offset.
-std::optional<int64_t> parse_rfc3339_ms(const std::string& s) {
-    int y, mo, d, h, mi, sec, n = 0;
-    if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
-        n != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
-        return std::nullopt;
-    size_t i = 19;
-    int64_t frac_ms = 0;
-    if (i < s.size() && s[i] == '.') {
-        int64_t scale = 100;
-        for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, scale /= 10)
-            frac_ms += (s[i] - '0') * scale;
-    }
-    int64_t offset_min = 0;
-    if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
-        int oh, om, m = 0;
-        if (std::sscanf(s.c_str() + i + 1, "%2d:%2d%n", &oh, &om, &m) != 2 || m != 5)
-            return std::nullopt;
-        offset_min = (s[i] == '+' ? 1 : -1) * (oh * 60 + om);
-        i += 6;
-    } else if (i < s.size() && (s[i] == 'Z' || s[i] == 'z')) {
-        ++i;
-    } else {
-        return std::nullopt;
-    }
-    if (i != s.size()) return std::nullopt;
-    const int64_t days = days_from_civil(y, mo, d);
-    return ((days * 24 + h) * 60 + mi - offset_min) * 60'000 + sec * 1000LL + frac_ms;
 }
 
 }  // namespace
@@ -132,12 +93,19 @@ void read_backfill_from(Checker& c, const Json& pipeline, const std::string& poi
     const std::string text = from->get<std::string>();
     if (auto age = core::parse_duration_ms(text); age && *age >= 0) {
         out.backfill_from_age_ms = *age;
-    } else if (auto at = parse_rfc3339_ms(text)) {
+        return;
+    }
+    // The codec's parser and replay's (core/time_text.h): a date one refuses, all refuse.
+    auto at = core::parse_rfc3339_ms(text);
+    if (at) {
         out.backfill_from_ms = *at;
-    } else {
+    } else if (at.error() == core::TimeTextError::not_rfc3339) {
         c.error(s.pointer + "/from", in_quotes(text) +
                                          " is neither a duration (\"7d\") nor an RFC 3339 time "
                                          "(\"2026-11-30T00:00:00Z\")");
+    } else {
+        c.error(s.pointer + "/from",
+                in_quotes(text) + " " + std::string(core::time_text_error_text(at.error())));
     }
 }
 

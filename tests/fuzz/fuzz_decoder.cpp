@@ -27,6 +27,7 @@
 #include "adapters/codec/timestamp.h"
 #include "adapters/codec/topic.h"
 #include "adapters/codec/utf8.h"
+#include "core/time_text.h"
 #include "fuzz_input.h"
 
 namespace {
@@ -90,7 +91,10 @@ std::optional<std::optional<int64_t>> expected_time(std::string_view token, Time
         for (char c : text)
             if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) return std::nullopt;
         if (!codec::is_valid_utf8(text)) return std::nullopt;
-        if (format == TimeFormat::rfc3339) return codec::parse_rfc3339_ms(text);
+        if (format == TimeFormat::rfc3339) {
+            const auto t = core::parse_rfc3339_ms(text);
+            return t ? std::optional<int64_t>(*t) : std::optional<int64_t>();
+        }
         return codec::parse_epoch_text_ms(text, unit_of(format));
     }
     std::string_view digits = token;
@@ -229,8 +233,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     codec::Decoder decoder(spec);
     (void)decoder.matches(topic_bytes);
+    codec::PayloadParser parser;
     codec::DecodedEvent out;
-    const DecodeStatus status = decoder.decode(topic_bytes, payload_view, ingest_ms, order, out);
+    const DecodeStatus status =
+        decoder.decode(parser, topic_bytes, payload_view, ingest_ms, order, out);
     const std::string_view name = codec::decode_status_name(status);
     TM_FUZZ_CHECK(!name.empty());
     if (status != DecodeStatus::ok) {
@@ -277,8 +283,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The same message again after another one, into the same DecodedEvent.
     const Outcome first = outcome_of(status, out);
     const std::string other = R"({"ts":"2025-11-29T10:00:00Z","id":"x","v":1,"site":"s"})";
-    (void)decoder.decode("sensors/other/telemetry", other, 5, 6, out);
-    const DecodeStatus again = decoder.decode(topic_bytes, payload_view, ingest_ms, order, out);
+    (void)decoder.decode(parser, "sensors/other/telemetry", other, 5, 6, out);
+    const DecodeStatus again =
+        decoder.decode(parser, topic_bytes, payload_view, ingest_ms, order, out);
     TM_FUZZ_CHECK(outcome_of(again, out) == first);
     return 0;
 }

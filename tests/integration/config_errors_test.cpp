@@ -87,6 +87,13 @@ TEST_CASE("check-config names the JSON pointer of each error; run refuses with e
              c["pipelines"][0]["limits"] = {{"max_keys", 1000}, {"max_open_windows", 10000000}};
          },
          {"/storage/map_size: "}},
+        // Issue 25, finding 7: this used to load as 2025-03-02; the payload codec and replay
+        // --from refused it.
+        {"backfill.from on a day the calendar does not have",
+         [](nlohmann::json& c) {
+             c["pipelines"][0]["backfill"] = {{"from", "2025-02-30T00:00:00Z"}};
+         },
+         {"/pipelines/0/backfill/from: "}},
         {"several mistakes at once are all listed",
          [](nlohmann::json& c) {
              c["pipelines"][0]["windw"] = 1;

@@ -71,6 +71,22 @@ TEST_CASE("backfill.from takes a duration or an RFC 3339 time", "[config]") {
                Catch::Contains("neither a duration"));
     CHECK_THAT(only_error(with_from("2026-13-01T00:00:00Z"), "/pipelines/0/backfill/from"),
                Catch::Contains("RFC 3339"));
+    // Days the calendar does not have are refused, as the payload codec and replay refuse them
+    // (issue 25, finding 7: February 30th loaded as March 2nd).
+    for (const char* day : {"2025-02-30T00:00:00Z", "2025-02-29T00:00:00Z", "1900-02-29T00:00:00Z",
+                            "2025-04-31T12:00:00+02:00"}) {
+        INFO(day);
+        CHECK_THAT(only_error(with_from(day), "/pipelines/0/backfill/from"),
+                   Catch::Contains("the calendar does not have"));
+    }
+    CHECK_THAT(only_error(with_from("0000-01-01T00:00:00+01:00"), "/pipelines/0/backfill/from"),
+               Catch::Contains("outside the years 0000 to 9999"));
+    CHECK(load(with_from("2024-02-29T00:00:00Z")).pipelines[0].backfill_from_ms ==
+          1'709'164'800'000);
+    CHECK(load(with_from("2016-12-31T23:59:60Z")).pipelines[0].backfill_from_ms ==
+          1'483'228'800'000);
+    CHECK(load(with_from("2025-11-29 07:06:40.5z")).pipelines[0].backfill_from_ms ==
+          1'764'400'000'500);
     const config::PipelineConfig none = load(minimal).pipelines[0];
     CHECK_FALSE(none.backfill_from_age_ms);
     CHECK_FALSE(none.backfill_from_ms);
