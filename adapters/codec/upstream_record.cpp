@@ -292,16 +292,18 @@ core::UpstreamRecord UpstreamParser::parse(std::string_view topic, std::string_v
     object o;
     if (root.get_object().get(o) != simdjson::SUCCESS)
         return core::Refusal{"not a JSON object but " + what(root)};
-    element unused;
-    if (o.at_key("window").get(unused) == simdjson::SUCCESS) return parse_result(o);
-    if (o.at_key("switch_ms").get(unused) == simdjson::SUCCESS)
-        return parse_version(o, topic, payload);
-    if (o.at_key("reason").get(unused) == simdjson::SUCCESS ||
-        o.at_key("malformed").get(unused) == simdjson::SUCCESS)
-        return parse_side(root, o, payload);
+    auto has = [&o](std::string_view key) {
+        element unused;
+        return o.at_key(key).get(unused) == simdjson::SUCCESS;
+    };
+    // Side output names a window too, but never a kind; a result never a reason.
+    const bool side = has("reason") || has("malformed");
+    if (has("kind") || (has("window") && !side)) return parse_result(o);
+    if (has("switch_ms")) return parse_version(o, topic, payload);
+    if (side) return parse_side(root, o, payload);
     return core::Refusal{
-        "a JSON object that is no tidemark record: a result has \"window\", a version record "
-        "\"switch_ms\", side output \"reason\" or \"malformed\""};
+        "a JSON object that is no tidemark record: a result has \"kind\" and \"window\", a "
+        "version record \"switch_ms\", side output \"reason\" or \"malformed\""};
 }
 
 }  // namespace tidemark::codec

@@ -10,8 +10,9 @@
 namespace tidemark::codec {
 
 /// Operation: parse() classifies one message by its payload, never by its topic alone (a
-/// gateway chooses its upstream.topic): an object with "window" is a result, one with
-/// "switch_ms" a version record, one with "reason" or "malformed" side output; an empty payload
+/// gateway chooses its upstream.topic): an object with "kind", or with "window" and no
+/// "reason", is a result; one with "switch_ms" a version record; one with "reason" or
+/// "malformed" side output (which names a window too, never a kind); an empty payload
 /// on a topic ending in "/version" is a removal (the gateway cleared the retained record). Each
 /// kind is checked in full: required fields and their types, times inside PostgreSQL's
 /// timestamptz range, no NUL in any text (PostgreSQL text cannot hold one), a pipeline name

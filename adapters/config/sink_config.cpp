@@ -201,7 +201,7 @@ SinkConfigResult parse_sink_config(std::string_view text, const std::string& bas
                 "a sink config must be a JSON object {\"sink\": {...}}, not " + type_phrase(root));
         return std::unexpected(std::move(c.errors));
     }
-    c.check_keys(root, "", {"sink"}, "a sink config");
+    c.check_keys(root, "", {"sink"}, "in a sink config");
     SinkConfig config;
     Section sink = c.section(root, "", "sink", R"({"source": {...}, "postgres": {...}})",
                              {"source", "postgres", "health", "spool", "batch", "log_level"},

@@ -122,6 +122,7 @@ Result<std::unique_ptr<Connection>> Connection::open(const StoreOptions& options
     // setting, so a database or role default of "off" does not reach the sink.
     auto set = c->exec("setting up the session",
                        "SET synchronous_commit = on; SET client_encoding = 'UTF8'; "
+                       "SET client_min_messages = warning; "
                        "SET statement_timeout = " +
                            std::to_string(options.statement_timeout_ms) +
                            "; SET lock_timeout = " + std::to_string(options.statement_timeout_ms));
