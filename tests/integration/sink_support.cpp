@@ -71,9 +71,27 @@ void SinkProcess::reconnect_health() {
 
 void SinkProcess::start() {
     daemon_->start();
-    wait_health(
-        [](const json& h) { return h["broker"]["link_up"] == true && h["postgres"]["up"] == true; },
-        std::chrono::seconds(30), "broker.link_up and postgres.up");
+    const int64_t since = now_ms();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    json last;
+    while (true) {
+        // A sink that exits (a config it refuses) fails the start at once, with its log.
+        if (!daemon_->running())
+            throw std::runtime_error("the sink exited at its start:\n" + log());
+        const auto records = health_records(*health_, health_topic_);
+        if (!records.empty()) {
+            last = records.back();
+            if (last.value("time_ms", int64_t{0}) >= since && last["broker"]["link_up"] == true &&
+                last["postgres"]["up"] == true)
+                return;
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+            throw std::runtime_error(
+                "the sink's health never showed broker.link_up and "
+                "postgres.up within 30 s; last record: " +
+                last.dump() + "\nsink log:\n" + log());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
 }
 
 json SinkProcess::wait_health(const std::function<bool(const json&)>& ready,
