@@ -1,6 +1,7 @@
 #include "adapters/postgres/connection.h"
 
 #include <charconv>
+#include <optional>
 
 namespace tidemark::postgres {
 
@@ -210,6 +211,71 @@ Result<uint64_t> Connection::command(std::string_view what, const std::string& s
     const char* text = PQcmdTuples(r);
     std::from_chars(text, text + std::char_traits<char>::length(text), touched);
     PQclear(r);
+    return touched;
+}
+
+Result<void> Connection::send(std::string_view what, const std::string& sql,
+                              std::span<const Param> params) {
+    if (sent_.empty() && PQenterPipelineMode(conn_) != 1)
+        return std::unexpected(failure("entering pipeline mode", nullptr));
+    std::vector<const char*> values;
+    std::vector<int> lengths, formats;
+    for (const Param& p : params) {
+        values.push_back(p.is_null ? nullptr : p.value.data());
+        lengths.push_back(static_cast<int>(p.value.size()));
+        formats.push_back(p.binary ? 1 : 0);
+    }
+    // libpq copies the statement and its parameters into its buffer here.
+    if (PQsendQueryParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr,
+                          values.data(), lengths.data(), formats.data(), 0) != 1) {
+        Error e = failure(what, nullptr);
+        sent_.clear();
+        PQexitPipelineMode(conn_);
+        return std::unexpected(std::move(e));
+    }
+    sent_.emplace_back(what);
+    return {};
+}
+
+Result<std::vector<uint64_t>> Connection::finish() {
+    TM_ASSERT(!sent_.empty());
+    const std::vector<std::string> sent = std::move(sent_);
+    sent_.clear();
+    if (PQpipelineSync(conn_) != 1) {
+        Error e = failure("sending the pipeline", nullptr);
+        PQexitPipelineMode(conn_);
+        return std::unexpected(std::move(e));
+    }
+    std::vector<uint64_t> touched;
+    std::optional<Error> first_error;
+    // Each statement: its result, then NULL; then the sync's own result.
+    for (size_t i = 0; i <= sent.size();) {
+        PGresult* r = PQgetResult(conn_);
+        if (r == nullptr) {
+            if (PQstatus(conn_) != CONNECTION_OK) {
+                if (!first_error) first_error = failure("reading the pipeline's answers", nullptr);
+                break;
+            }
+            continue;
+        }
+        const ExecStatusType status = PQresultStatus(r);
+        if (status == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            break;
+        }
+        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
+            uint64_t n = 0;
+            const char* text = PQcmdTuples(r);
+            std::from_chars(text, text + std::char_traits<char>::length(text), n);
+            touched.push_back(n);
+        } else if (status != PGRES_PIPELINE_ABORTED && !first_error) {
+            first_error = failure(i < sent.size() ? sent[i] : "the pipeline", r);
+        }
+        PQclear(r);
+        ++i;
+    }
+    PQexitPipelineMode(conn_);
+    if (first_error) return std::unexpected(std::move(*first_error));
     return touched;
 }
 

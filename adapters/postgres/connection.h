@@ -51,6 +51,15 @@ class Connection {
     Result<uint64_t> command(std::string_view what, const std::string& sql,
                              std::span<const Param> params = {});
 
+    /// Statements sent at once, answered at once (libpq's pipeline mode): one round trip for a
+    /// whole transaction. send() queues one; finish() sends the sync and reads every answer:
+    /// the rows each statement touched, in order. The first statement that fails makes
+    /// PostgreSQL skip the rest up to the sync: its error is returned, and a transaction begun
+    /// in the pipeline is left aborted (the caller rolls it back). Not nested, not mixed with the
+    /// calls above until finish().
+    Result<void> send(std::string_view what, const std::string& sql, std::span<const Param> params);
+    Result<std::vector<uint64_t>> finish();
+
     /// `s` quoted as an SQL literal / identifier for this connection.
     std::string literal(std::string_view s) const;
     std::string identifier(std::string_view s) const;
@@ -64,6 +73,7 @@ class Connection {
     PGresult* run(const std::string& sql, std::span<const Param> params);
     Error failure(std::string_view what, const PGresult* result) const;
     PGconn* conn_ = nullptr;
+    std::vector<std::string> sent_;  // what each statement in the pipeline is for
 };
 
 /// The ErrorKind of a SQLSTATE (five characters; empty: no server answer).

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "adapters/postgres/types.h"
 #include "core/result.h"
@@ -52,6 +53,13 @@ class SinkStore {
     Result<std::optional<SpoolMark>> read_mark(std::string_view client_id);
 
     Result<CommitOutcome> commit(const core::SinkBatch& batch, const SpoolMark& mark);
+    /// commit() in two halves, so that the caller can prepare its next batch while the database
+    /// works: a batch without version records goes as one pipeline (BEGIN, the rows, the offset,
+    /// COMMIT: one round trip), whose answers finish_commit() reads; one with version records
+    /// (statements that depend on each other's answers) is committed here, and finish_commit()
+    /// returns how it went. One commit in flight at a time; `batch` need not outlive the call.
+    Result<void> start_commit(const core::SinkBatch& batch, const SpoolMark& mark);
+    Result<CommitOutcome> finish_commit();
     /// As commit(), each part under its own savepoint; a part the database refuses for its
     /// data is rolled back and its records go to `rejected` with the reason.
     Result<CommitOutcome> commit_parts(std::span<const core::SinkBatch> parts,
@@ -63,11 +71,11 @@ class SinkStore {
 
   private:
     SinkStore(std::unique_ptr<Connection> connection, std::string schema, int schema_version);
+    // The batch statement by statement, in the open transaction.
     Result<void> write(const core::SinkBatch& batch, CommitOutcome& out);
-    Result<void> write_results(const core::SinkBatch& batch, CommitOutcome& out);
+    // versions.cpp
     Result<void> write_versions(const core::SinkBatch& batch, CommitOutcome& out,
                                 std::vector<std::string>& changed_pipelines);
-    Result<void> write_side(const core::SinkBatch& batch, CommitOutcome& out);
     Result<void> write_rejected(std::span<const core::RejectedMessage> rejected,
                                 CommitOutcome& out);
     Result<void> write_mark(const SpoolMark& mark);
@@ -76,6 +84,14 @@ class SinkStore {
     Result<void> update_view(const std::string& pipeline, CommitOutcome& out);
     Result<CommitOutcome> finish(Result<CommitOutcome> outcome);
 
+    // The commit start_commit() began.
+    struct InFlight {
+        bool pipelined = false;
+        Result<CommitOutcome> outcome;  // the statement-by-statement commit's, or partial counts
+        uint64_t results = 0;
+        int results_at = -1, side_at = -1, rejected_at = -1;  // their place in the pipeline
+    };
+    std::optional<InFlight> in_flight_;
     std::unique_ptr<Connection> connection_;
     std::string schema_;  // as configured
     std::string s_;       // quoted, for statements

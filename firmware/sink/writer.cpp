@@ -222,7 +222,7 @@ Result<std::vector<core::SinkBatch>> SinkWriter::read_parts(uint64_t from, uint6
     return parts;
 }
 
-Result<postgres::CommitOutcome> SinkWriter::commit(Pending& p) {
+Result<void> SinkWriter::start_commit(Pending& p) {
     // The database must never hold an offset past what the spool has made durable: after a
     // power cut the spool would be shorter than the offset says.
     if (spool_.durable_offset() < p.end_offset) {
@@ -233,9 +233,12 @@ Result<postgres::CommitOutcome> SinkWriter::commit(Pending& p) {
             return std::unexpected(Error{stats_.fatal_error});
         }
     }
-    const postgres::SpoolMark mark{options_.client_id, spool_.id(), p.end_offset};
     attempted_end_ = std::max(attempted_end_, p.end_offset);
-    auto outcome = store_->commit(p.batch, mark);
+    return store_->start_commit(p.batch, {options_.client_id, spool_.id(), p.end_offset});
+}
+
+Result<postgres::CommitOutcome> SinkWriter::finish_commit(Pending& p) {
+    auto outcome = store_->finish_commit();
     if (!outcome && is_kind(outcome.error(), postgres::ErrorKind::refused)) {
         spdlog::warn(
             "sink: PostgreSQL refused a batch of {} messages ({}); committing them one "
@@ -243,7 +246,7 @@ Result<postgres::CommitOutcome> SinkWriter::commit(Pending& p) {
             p.batch.records, outcome.error().message);
         auto parts = read_parts(position_, p.end_offset);
         if (!parts) return std::unexpected(Error{"rereading the spool: " + parts.error().message});
-        outcome = store_->commit_parts(*parts, mark);
+        outcome = store_->commit_parts(*parts, {options_.client_id, spool_.id(), p.end_offset});
         if (outcome) {
             std::lock_guard lock(mutex_);
             ++stats_.isolated_commits;
@@ -252,8 +255,44 @@ Result<postgres::CommitOutcome> SinkWriter::commit(Pending& p) {
     return outcome;
 }
 
+void SinkWriter::record(const Pending& p, const postgres::CommitOutcome& outcome,
+                        int64_t started_ms) {
+    const int64_t now_wall = clock_.wall_ms();
+    std::lock_guard lock(mutex_);
+    WriterStats& s = stats_;
+    s.rows_written += outcome.rows_written;
+    s.rows_older += outcome.rows_older;
+    s.rejected += outcome.rejected;
+    s.side_rows += outcome.side_rows;
+    s.versions_changed += outcome.versions_changed;
+    s.versions_older += outcome.versions_older;
+    s.versions_removed += outcome.versions_removed;
+    s.views_updated += outcome.views_updated;
+    s.records_committed += p.batch.records;
+    ++s.commits;
+    s.last_batch_records = p.batch.records;
+    s.last_commit_ms = now_wall;
+    s.last_commit_duration_ms = clock_.steady_ms() - started_ms;
+    for (const auto& problem : outcome.view_problems) {
+        spdlog::warn("sink: {}", problem);
+        s.view_problems.push_back(problem);
+    }
+    if (s.view_problems.size() > view_problems_max)
+        s.view_problems.erase(s.view_problems.begin(), s.view_problems.end() - view_problems_max);
+    for (const int64_t received : p.receive_ms)
+        s.commit_lag.add(now_wall - received);
+    for (const int64_t watermark : p.watermark_ms)
+        s.watermark_lag.add(now_wall - watermark);
+}
+
 void SinkWriter::run() {
     int failures = 0;
+    Pending next;  // read while the previous batch was committing
+    auto fail_over = [&](const Error& error) {
+        disconnected(error);  // the next connect reads the offset back and seeks there
+        next = Pending{};
+        wait(backoff_ms(failures++));
+    };
     while (true) {
         {
             std::lock_guard lock(mutex_);
@@ -261,61 +300,40 @@ void SinkWriter::run() {
         }
         heartbeat_ms_ = clock_.steady_ms();
         if (!store_) {
+            next = Pending{};
             if (!connect()) {
                 wait(backoff_ms(failures++));
                 continue;
             }
             failures = 0;
         }
-        Pending pending;
-        if (auto read = read_batch(pending); !read) {
-            // Damage the reader could not skip: say so and start over from the offset.
-            disconnected(Error{"reading the spool: " + read.error().message});
-            wait(backoff_ms(failures++));
-            continue;
-        }
-        if (pending.batch.empty()) {
-            // Nothing new; the reader may still have moved past anchors.
-            continue;
+        Pending current = std::move(next);
+        next = Pending{};
+        if (current.batch.empty()) {
+            if (auto read = read_batch(current); !read) {
+                fail_over(Error{"reading the spool: " + read.error().message});
+                continue;
+            }
+            if (current.batch.empty()) continue;  // nothing new yet
         }
         const int64_t started_ms = clock_.steady_ms();
-        auto outcome = commit(pending);
+        if (auto started = start_commit(current); !started) {
+            fail_over(started.error());
+            continue;
+        }
+        // While the database works on this batch, read the next one.
+        auto read = read_batch(next);
+        auto outcome = finish_commit(current);
         if (!outcome) {
-            disconnected(outcome.error());
-            wait(backoff_ms(failures++));
+            fail_over(outcome.error());
             continue;
         }
         failures = 0;
-        position_ = pending.end_offset;
+        position_ = current.end_offset;
         if (auto ok = spool_.committed(position_); !ok)
             spdlog::warn("sink: removing committed spool segments: {}", ok.error().message);
-        const int64_t now_wall = clock_.wall_ms();
-        std::lock_guard lock(mutex_);
-        WriterStats& s = stats_;
-        s.rows_written += outcome->rows_written;
-        s.rows_older += outcome->rows_older;
-        s.rejected += outcome->rejected;
-        s.side_rows += outcome->side_rows;
-        s.versions_changed += outcome->versions_changed;
-        s.versions_older += outcome->versions_older;
-        s.versions_removed += outcome->versions_removed;
-        s.views_updated += outcome->views_updated;
-        s.records_committed += pending.batch.records;
-        ++s.commits;
-        s.last_batch_records = pending.batch.records;
-        s.last_commit_ms = now_wall;
-        s.last_commit_duration_ms = clock_.steady_ms() - started_ms;
-        for (auto& problem : outcome->view_problems) {
-            spdlog::warn("sink: {}", problem);
-            s.view_problems.push_back(std::move(problem));
-        }
-        if (s.view_problems.size() > view_problems_max)
-            s.view_problems.erase(s.view_problems.begin(),
-                                  s.view_problems.end() - view_problems_max);
-        for (const int64_t received : pending.receive_ms)
-            s.commit_lag.add(now_wall - received);
-        for (const int64_t watermark : pending.watermark_ms)
-            s.watermark_lag.add(now_wall - watermark);
+        record(current, *outcome, started_ms);
+        if (!read) fail_over(Error{"reading the spool: " + read.error().message});
     }
 }
 

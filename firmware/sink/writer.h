@@ -67,14 +67,14 @@ struct WriterStats {
 /// there), parse them (codec::UpstreamParser), reduce them (core::SinkBatchBuilder), make the
 /// spool durable up to the batch's end (sync before commit: the database must never point past
 /// the durable spool), commit batch and offset in one transaction, then let the spool delete
-/// what is committed. PostgreSQL down or refusing: the batch is read again from the spool
-/// after a reconnect with backoff (reconnect_delay_*), and the offset read back then settles a
-/// commit whose answer was lost. A batch refused for its data goes again message by message
-/// (SinkStore::commit_parts): the message at fault ends in `rejected`, the stream goes on.
-/// Concurrency: start()/stop() from one owner thread; stats() and heartbeat_steady_ms() from
-/// any thread.
-/// Limits: one batch in memory (batch_rows_max messages, as spooled); view_problems keeps the
-/// last view_problems_max.
+/// what is committed. The next batch is read and parsed while the database commits this one
+/// (SinkStore::start_commit sends a whole transaction in one round trip). PostgreSQL down or
+/// refusing: the batch is read again from the spool after a reconnect with backoff
+/// (reconnect_delay_*), and the offset read back then settles a commit whose answer was lost. A
+/// batch refused for its data goes again message by message (SinkStore::commit_parts): the message
+/// at fault ends in `rejected`, the stream goes on. Concurrency: start()/stop() from one owner
+/// thread; stats() and heartbeat_steady_ms() from any thread. Limits: one batch in memory
+/// (batch_rows_max messages, as spooled); view_problems keeps the last view_problems_max.
 class SinkWriter {
   public:
     static constexpr size_t view_problems_max = 8;
@@ -107,7 +107,10 @@ class SinkWriter {
     Result<void> read_batch(Pending& out);
     /// The messages in [from, to), one part each, for commit_parts().
     Result<std::vector<core::SinkBatch>> read_parts(uint64_t from, uint64_t to);
-    Result<postgres::CommitOutcome> commit(Pending& pending);
+    Result<void> start_commit(Pending& pending);
+    /// The outcome; a batch refused for its data goes again message by message.
+    Result<postgres::CommitOutcome> finish_commit(Pending& pending);
+    void record(const Pending& pending, const postgres::CommitOutcome& outcome, int64_t started_ms);
     void disconnected(const Error& error);
     void wait(int64_t ms);  // sliced, until stop()
     int64_t backoff_ms(int failures) const;

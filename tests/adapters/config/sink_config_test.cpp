@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -175,4 +176,12 @@ TEST_CASE("a sink config file is recognised by its top-level key", "[config][sin
     CHECK_FALSE(config::is_sink_config_file(gateway));
     CHECK_FALSE(config::is_sink_config_file(dir.path() + "/missing.json"));
     CHECK(config::load_sink_config_file(sink).has_value());
+}
+
+TEST_CASE("examples/sink.json, the example the package ships, loads", "[config][sink]") {
+    const char* source = std::getenv("TIDEMARK_SOURCE_DIR");
+    REQUIRE(source != nullptr);
+    auto loaded = config::load_sink_config_file(std::string(source) + "/examples/sink.json");
+    INFO((loaded ? "" : config::format_errors(loaded.error())));
+    CHECK(loaded.has_value());
 }

@@ -1,0 +1,665 @@
+// The sink (issue 27): `tidemark sink` against a bare batched libpq upsert of the same rows into
+// the same table, on one machine in one run, with a real mosquitto and a real PostgreSQL 15
+// (fsync on, as a server runs it; track_commit_timestamp on, for the latency figure).
+//
+// Each of --runs (default 3; the figures are medians) does, in order:
+//  1. bare: --rows N result rows (default 60000, distinct windows, ~300-byte records) parsed once,
+//     then upserted with libpq, 1000 rows per transaction, into a fresh schema made by the sink's
+//     own migration: (a) one prepared INSERT ... ON CONFLICT per row, pipelined (what "a libpq
+//     loop" does at best); (b) the sink's statement, INSERT ... SELECT FROM unnest(...), one per
+//     1000 rows. sink.ratio is against the faster of the two. (c) store: the sink's PostgreSQL
+//     adapter (SinkStore::commit) on batches built beforehand.
+//  2. sink: the N records queued at the broker for the sink's persistent session while it is
+//     stopped, then the sink started: rows/s from its first committed row to its last (the
+//     broker's delivery, the spool, parsing, the batch reduction and the upserts, all at once).
+//  3. drain: the N records spooled while PostgreSQL is down, then PostgreSQL started: the
+//     spool-to-database rate (first row to last).
+//  4. latency: --rate R records/s (default 5000) published for --seconds S (default 20) while
+//     the sink runs; each record's "watermark" is its publish time, and PostgreSQL's commit
+//     timestamp of its row (pg_xact_commit_timestamp) its commit: p50 and p99 of publish to
+//     commit; the sink's RssAnon (/proc/PID/status) sampled every second, the highest.
+//  5. flood: N records from two publishers while one sink, then two sinks sharing
+//     "$share/bench/tidemark/+/+", write them: rows/s from first row to last.
+// Rows are counted by index lookups of each publisher's last record on one connection (a
+// count(*) or a connection per poll would cost the server what it is being timed at).
+// Prints its figures last, one per line, `name: value unit`.
+#include <libpq-fe.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mqtt/async_client.h>
+
+#include <fcntl.h>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "adapters/codec/upstream_record.h"
+#include "adapters/postgres/sink_store.h"
+#include "tests/support/broker.h"
+#include "tests/support/postgres.h"
+
+namespace {
+
+using namespace tidemark;
+using Steady = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct Options {
+    int runs = 3;
+    int rows = 60000;
+    int rate = 5000;
+    int seconds = 20;
+    std::string only;  ///< run one phase (bare, sink, drain, latency, share), for profiling
+};
+
+int64_t wall_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+double seconds_since(Steady::time_point t) {
+    return std::chrono::duration<double>(Steady::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Message {
+    std::string topic, payload;
+};
+
+// N distinct windows: 50 nodes x 40 keys x windows; `stamp` puts the publish time into
+// "watermark" (filled at publish time when set).
+std::string record(int i, int64_t watermark_ms) {
+    const int node = i % 50, key = (i / 50) % 40, window = i / 2000;
+    const int64_t start = 1764400000000 + int64_t{window} * 60000;
+    char buffer[512];
+    std::snprintf(buffer, sizeof buffer,
+                  "{\"id\":\"%016x\",\"node\":\"gw-%02d\",\"pipeline\":\"room_temp_1m\","
+                  "\"version\":\"3f2a9c01\",\"key\":\"dev-%03d\",\"window\":{\"start\":%lld,"
+                  "\"end\":%lld},\"kind\":\"final\",\"revision\":0,\"closed_by\":\"watermark\","
+                  "\"values\":{\"avg\":%.1f,\"n\":%d,\"p95\":%.1f},\"watermark\":%lld}",
+                  i, node, key, static_cast<long long>(start),
+                  static_cast<long long>(start + 60000), 20.0 + (i % 70) / 10.0, 60 + i % 5,
+                  22.0 + (i % 30) / 10.0, static_cast<long long>(watermark_ms));
+    return buffer;
+}
+
+std::string topic_of(int i) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "tidemark/gw-%02d/room_temp_1m", i % 50);
+    return buffer;
+}
+
+// ---- publishing ----
+
+// Publishes records [from, to) at QoS1 with a window of in-flight publishes; `rate` per second
+// (0: as fast as the broker takes them); the watermark is the publish time when `stamp`.
+void publish(const std::string& uri, const std::string& client_id, int from, int to, int rate,
+             bool stamp) {
+    // Paho queues publishes beyond the in-flight window as buffered messages (100 by default).
+    ::mqtt::create_options create(MQTTVERSION_3_1_1);
+    create.set_max_buffered_messages(10000);
+    ::mqtt::async_client client(uri, client_id, create,
+                                static_cast<::mqtt::iclient_persistence*>(nullptr));
+    ::mqtt::connect_options options;
+    options.set_clean_session(true);
+    options.set_max_inflight(1000);
+    client.connect(options)->wait();
+    std::deque<::mqtt::delivery_token_ptr> inflight;
+    const auto started = Steady::now();
+    for (int i = from; i < to; ++i) {
+        if (rate > 0) {
+            const auto due =
+                started + std::chrono::microseconds(int64_t{i - from} * 1'000'000 / rate);
+            std::this_thread::sleep_until(due);
+        }
+        const std::string payload = record(i, stamp ? wall_ms() : 1764400065000);
+        inflight.push_back(client.publish(topic_of(i), payload.data(), payload.size(), 1, false));
+        while (inflight.size() >= 500) {
+            inflight.front()->wait();
+            inflight.pop_front();
+        }
+    }
+    for (auto& t : inflight)
+        t->wait();
+    client.disconnect()->wait();
+}
+
+void publish_parallel(const std::string& uri, int rows, int publishers) {
+    std::vector<std::thread> threads;
+    for (int p = 0; p < publishers; ++p)
+        threads.emplace_back([&, p] {
+            publish(uri, "bench-pub-" + std::to_string(p), rows * p / publishers,
+                    rows * (p + 1) / publishers, 0, false);
+        });
+    for (auto& t : threads)
+        t.join();
+}
+
+// ---- the sink process ----
+
+class Sink {
+  public:
+    Sink(const std::string& dir, const std::string& name, const std::string& broker_uri,
+         const test::Postgres& pg, const std::string& schema, const std::string& topic) {
+        config_ = dir + "/" + name + ".json";
+        log_ = dir + "/" + name + ".log";
+        std::ofstream(config_) << "{\"sink\": {\"source\": {\"uri\": \"" << broker_uri
+                               << "\", \"client_id\": \"" << name << "\", \"topics\": [\"" << topic
+                               << "\"]}, \"postgres\": {\"conninfo\": \"" << pg.conninfo()
+                               << "\", \"schema\": \"" << schema << "\"}, \"spool\": {\"dir\": \""
+                               << dir << "/" << name
+                               << "-spool\", \"max_bytes\": \"1GiB\"}, \"health\": {\"interval\": "
+                                  "\"1s\"}, \"log_level\": \"warn\"}}";
+    }
+    ~Sink() { stop(); }
+    void start() {
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+            const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            ::dup2(fd, STDOUT_FILENO);
+            ::dup2(fd, STDERR_FILENO);
+            ::execl(TIDEMARK_BINARY, "tidemark", "sink", "--config", config_.c_str(),
+                    static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+    }
+    void stop() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGTERM);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+    }
+    long rss_anon_kib() const {
+        std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+        std::string key;
+        while (status >> key) {
+            if (key == "RssAnon:") {
+                long kib = 0;
+                status >> kib;
+                return kib;
+            }
+            status.ignore(1 << 12, '\n');
+        }
+        return -1;
+    }
+
+  private:
+    std::string config_, log_;
+    pid_t pid_ = -1;
+};
+
+// A clean-session connect under `client_id` discards its persistent session at the broker, so
+// that a phase's sink stops collecting the later phases' messages.
+void forget_session(const std::string& uri, const std::string& client_id) {
+    ::mqtt::async_client client(uri, client_id, ::mqtt::create_options(MQTTVERSION_3_1_1),
+                                static_cast<::mqtt::iclient_persistence*>(nullptr));
+    ::mqtt::connect_options options;
+    options.set_clean_session(true);
+    client.connect(options)->wait();
+    client.disconnect()->wait();
+}
+
+// One connection for the polls (Postgres::scalar connects anew each time: a backend forked
+// every few milliseconds would cost the server what it is being timed at).
+class Poll {
+  public:
+    explicit Poll(const test::Postgres& pg) : conn_(PQconnectdb(pg.conninfo().c_str())) {
+        if (PQstatus(conn_) != CONNECTION_OK) {
+            std::fprintf(stderr, "poll: %s", PQerrorMessage(conn_));
+            std::exit(1);
+        }
+    }
+    ~Poll() { PQfinish(conn_); }
+    std::string scalar(const std::string& sql) {
+        PGresult* r = PQexec(conn_, sql.c_str());
+        std::string out =
+            PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+        PQclear(r);
+        return out;
+    }
+
+  private:
+    PGconn* conn_;
+};
+
+long count_rows(Poll& poll, const std::string& schema) {
+    return std::stol(poll.scalar("SELECT count(*) FROM " + schema + ".results"));
+}
+
+// Whether record i's row is in `schema`: an index lookup, cheap enough to poll every 20 ms
+// (a count(*) of the whole table would cost the server what it is being timed at).
+bool has_record(Poll& poll, const std::string& schema, int i) {
+    const int node = i % 50, key = (i / 50) % 40, window = i / 2000;
+    char where[256];
+    std::snprintf(where, sizeof where,
+                  "node = 'gw-%02d' AND pipeline = 'room_temp_1m' AND version = '3f2a9c01' AND "
+                  "key = 'dev-%03d' AND window_start = 'epoch'::timestamptz + %lld * interval '1 "
+                  "millisecond'",
+                  node, key, static_cast<long long>(1764400000000 + int64_t{window} * 60000));
+    return poll.scalar("SELECT count(*) FROM " + schema + ".results WHERE " + where) == "1";
+}
+
+// Seconds from the first row to the rows of records `last` (each publisher's final record:
+// the broker delivers a publisher's records in order and the sink commits them in that order,
+// so its last row means all of its rows), and the rows there were at the first sight, so that
+// the rate is (rows - first) / seconds. Checks that all `rows` are there at the end.
+double time_to_rows(const test::Postgres& pg, const std::string& schema, long rows,
+                    long& first_rows, const std::vector<int>& last) {
+    const auto deadline = Steady::now() + 600s;
+    Poll poll(pg);
+    while (Steady::now() < deadline && poll.scalar("SELECT count(*) FROM (SELECT 1 FROM " + schema +
+                                                   ".results LIMIT 1) x") != "1")
+        std::this_thread::sleep_for(5ms);
+    const auto first = Steady::now();
+    first_rows = count_rows(poll, schema);
+    for (int i : last)
+        while (Steady::now() < deadline && !has_record(poll, schema, i))
+            std::this_thread::sleep_for(20ms);
+    const double s = seconds_since(first);
+    // How the rows came: transactions and their span by PostgreSQL's own commit timestamps.
+    std::printf(
+        "  %s: %s transactions, first to last commit %s s\n", schema.c_str(),
+        poll.scalar("SELECT count(DISTINCT xmin::text) FROM " + schema + ".results").c_str(),
+        poll.scalar("SELECT round(extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) "
+                    "- min(pg_xact_commit_timestamp(xmin)))::numeric, 2) FROM " +
+                    schema + ".results")
+            .c_str());
+    if (const long found = count_rows(poll, schema); found != rows) {
+        std::fprintf(stderr, "%s: %ld rows, expected %ld\n", schema.c_str(), found, rows);
+        std::exit(1);
+    }
+    return s;
+}
+
+// The last record of each of `publishers` publishing [0, rows) in equal parts.
+std::vector<int> last_records(int rows, int publishers) {
+    std::vector<int> out;
+    for (int p = 0; p < publishers; ++p)
+        out.push_back(rows * (p + 1) / publishers - 1);
+    return out;
+}
+
+void make_schema(const test::Postgres& pg, const std::string& schema) {
+    postgres::StoreOptions o;
+    o.conninfo = pg.conninfo();
+    o.schema = schema;
+    auto store = postgres::SinkStore::open(o);
+    if (!store) {
+        std::fprintf(stderr, "schema %s: %s\n", schema.c_str(), store.error().message.c_str());
+        std::exit(1);
+    }
+}
+
+// ---- the bare loops ----
+
+struct Row {
+    std::string node, pipeline, version, key, ws, we, revision, kind, closed_by, values, wm, id;
+};
+
+std::vector<Row> parse_rows(int n) {
+    codec::UpstreamParser parser;
+    std::vector<Row> rows;
+    for (int i = 0; i < n; ++i) {
+        auto parsed = parser.parse(topic_of(i), record(i, 1764400065000));
+        const auto& r = std::get<core::ReceivedResult>(parsed);
+        rows.push_back({r.node, r.pipeline, r.version, r.key, std::to_string(r.window_start_ms),
+                        std::to_string(r.window_end_ms), std::to_string(r.revision),
+                        std::string(core::emission_kind_name(r.kind)), r.closed_by, r.values_json,
+                        std::to_string(r.watermark_ms), r.id});
+    }
+    return rows;
+}
+
+PGconn* connect(const test::Postgres& pg) {
+    PGconn* c = PQconnectdb(pg.conninfo().c_str());
+    if (PQstatus(c) != CONNECTION_OK) {
+        std::fprintf(stderr, "connect: %s", PQerrorMessage(c));
+        std::exit(1);
+    }
+    return c;
+}
+
+void check(PGresult* r, PGconn* c, const char* what) {
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK &&
+        PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+        std::fprintf(stderr, "%s: %s\n", what, PQerrorMessage(c));
+        std::exit(1);
+    }
+    PQclear(r);
+}
+
+const char* const set_clause =
+    " ON CONFLICT (node, pipeline, version, key, window_start, window_end) DO UPDATE SET "
+    "revision = EXCLUDED.revision, kind = EXCLUDED.kind, closed_by = EXCLUDED.closed_by, "
+    "aggregates = EXCLUDED.aggregates, watermark = EXCLUDED.watermark, id = EXCLUDED.id "
+    "WHERE EXCLUDED.revision > r.revision OR (EXCLUDED.revision = r.revision AND "
+    "EXCLUDED.kind = 'retract' AND r.kind <> 'retract')";
+
+std::string ms(const std::string& p) {
+    return "('epoch'::timestamptz + " + p + "::bigint * interval '1 millisecond')";
+}
+
+// (a) One prepared upsert per row, pipelined, 1000 per transaction.
+double bare_row_loop(const test::Postgres& pg, const std::string& schema,
+                     const std::vector<Row>& rows) {
+    make_schema(pg, schema);
+    PGconn* c = connect(pg);
+    const std::string sql = "INSERT INTO " + schema + ".results AS r VALUES ($1, $2, $3, $4, " +
+                            ms("$5") + ", " + ms("$6") + ", $7, $8, $9, $10, " + ms("$11") +
+                            ", $12)" + set_clause;
+    check(PQprepare(c, "upsert", sql.c_str(), 12, nullptr), c, "prepare");
+    const auto started = Steady::now();
+    PQenterPipelineMode(c);
+    for (size_t i = 0; i < rows.size(); i += 1000) {
+        PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0);
+        for (size_t j = i; j < std::min(rows.size(), i + 1000); ++j) {
+            const Row& r = rows[j];
+            const char* v[12] = {r.node.c_str(),     r.pipeline.c_str(), r.version.c_str(),
+                                 r.key.c_str(),      r.ws.c_str(),       r.we.c_str(),
+                                 r.revision.c_str(), r.kind.c_str(),     r.closed_by.c_str(),
+                                 r.values.c_str(),   r.wm.c_str(),       r.id.c_str()};
+            PQsendQueryPrepared(c, "upsert", 12, v, nullptr, nullptr, 0);
+        }
+        PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0);
+        PQpipelineSync(c);
+        // Each statement's result, a NULL after each, then the sync's marker.
+        for (PGresult* res = PQgetResult(c);; res = PQgetResult(c)) {
+            if (res == nullptr) continue;
+            const bool synced = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+            check(res, c, "upsert");
+            if (synced) break;
+        }
+    }
+    PQexitPipelineMode(c);
+    const double s = seconds_since(started);
+    PQfinish(c);
+    return static_cast<double>(rows.size()) / s;
+}
+
+// (b) The sink's statement: one INSERT ... SELECT FROM unnest per 1000 rows.
+double bare_unnest(const test::Postgres& pg, const std::string& schema,
+                   const std::vector<Row>& rows) {
+    make_schema(pg, schema);
+    PGconn* c = connect(pg);
+    const std::string sql =
+        "INSERT INTO " + schema + ".results AS r SELECT u.node, u.pipeline, u.version, u.key, " +
+        ms("u.ws") + ", " + ms("u.we") + ", u.revision, u.kind, u.closed_by, u.aggregates, " +
+        ms("u.wm") +
+        ", u.id FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], "
+        "$6::bigint[], $7::integer[], $8::text[], $9::text[], $10::jsonb[], $11::bigint[], "
+        "$12::text[]) AS u(node, pipeline, version, key, ws, we, revision, kind, closed_by, "
+        "aggregates, wm, id)" +
+        set_clause;
+    auto quoted = [](std::string& out, const std::string& s) {
+        out += '"';
+        for (char ch : s) {
+            if (ch == '"' || ch == '\\') out += '\\';
+            out += ch;
+        }
+        out += '"';
+    };
+    const auto started = Steady::now();
+    for (size_t i = 0; i < rows.size(); i += 1000) {
+        std::string a[12];
+        for (auto& s : a)
+            s = "{";
+        for (size_t j = i; j < std::min(rows.size(), i + 1000); ++j) {
+            const Row& r = rows[j];
+            const std::string* fields[12] = {&r.node,      &r.pipeline, &r.version,  &r.key,
+                                             &r.ws,        &r.we,       &r.revision, &r.kind,
+                                             &r.closed_by, &r.values,   &r.wm,       &r.id};
+            for (int k = 0; k < 12; ++k) {
+                if (j > i) a[k] += ',';
+                quoted(a[k], *fields[k]);
+            }
+        }
+        const char* v[12];
+        for (int k = 0; k < 12; ++k) {
+            a[k] += '}';
+            v[k] = a[k].c_str();
+        }
+        check(PQexec(c, "BEGIN"), c, "begin");
+        check(PQexecParams(c, sql.c_str(), 12, nullptr, v, nullptr, nullptr, 0), c, "upsert");
+        check(PQexec(c, "COMMIT"), c, "commit");
+    }
+    const double s = seconds_since(started);
+    PQfinish(c);
+    return static_cast<double>(rows.size()) / s;
+}
+
+// (c) The sink's own PostgreSQL adapter on the same rows, batches of 1000 built beforehand:
+// what the sink's writer costs the database, without the broker, the spool or the parser.
+double store_loop(const test::Postgres& pg, const std::string& schema, int n) {
+    make_schema(pg, schema);
+    postgres::StoreOptions o;
+    o.conninfo = pg.conninfo();
+    o.schema = schema;
+    auto store = postgres::SinkStore::open(o);
+    codec::UpstreamParser parser;
+    std::vector<core::SinkBatch> batches;
+    for (int i = 0; i < n; i += 1000) {
+        core::SinkBatchBuilder b;
+        for (int j = i; j < std::min(n, i + 1000); ++j) {
+            const std::string payload = record(j, 1764400065000);
+            b.add(parser.parse(topic_of(j), payload), topic_of(j), payload, 0, 0);
+        }
+        batches.push_back(b.take());
+    }
+    const auto started = Steady::now();
+    uint64_t offset = 0;
+    for (const auto& batch : batches) {
+        auto ok = (*store)->commit(batch, {"bench-store", "spool", ++offset});
+        if (!ok) {
+            std::fprintf(stderr, "store: %s\n", ok.error().message.c_str());
+            std::exit(1);
+        }
+    }
+    return static_cast<double>(n) / seconds_since(started);
+}
+
+// Publish-to-commit at `rate` records/s for `seconds`: p50 and p99 from PostgreSQL's commit
+// timestamps, and the sink's highest RssAnon.
+struct Latency {
+    double p50 = 0, p99 = 0;
+    long rss_anon_kib = 0;
+};
+
+Latency steady_latency(const test::Postgres& pg, const test::Broker& broker, const std::string& dir,
+                       const std::string& schema, int rate, int seconds) {
+    Latency out;
+    {
+        Sink sink(dir, "bench-" + schema, broker.uri(), pg, schema, "tidemark/#");
+        make_schema(pg, schema);
+        sink.start();
+        std::this_thread::sleep_for(2s);
+        std::atomic<bool> done{false};
+        std::thread sampler([&] {
+            while (!done) {
+                out.rss_anon_kib = std::max(out.rss_anon_kib, sink.rss_anon_kib());
+                std::this_thread::sleep_for(1s);
+            }
+        });
+        const int n = std::min(rate * seconds, 2000 * 40 * 50);
+        publish(broker.uri(), "bench-steady", 0, n, rate, true);
+        long first = 0;
+        time_to_rows(pg, schema, n, first, last_records(n, 1));
+        done = true;
+        sampler.join();
+        const std::string lag =
+            "(extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000 - extract(epoch FROM "
+            "watermark) * 1000)";
+        out.p50 = std::stod(pg.scalar("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY " + lag +
+                                      ") FROM " + schema + ".results"));
+        out.p99 = std::stod(pg.scalar("SELECT percentile_disc(0.99) WITHIN GROUP (ORDER BY " + lag +
+                                      ") FROM " + schema + ".results"));
+    }
+    forget_session(broker.uri(), "bench-" + schema);
+    return out;
+}
+
+// One sink, or `sinks` sharing "$share/bench/tidemark/+/+", while two publishers flood `rows`.
+double flood(const test::Postgres& pg, const test::Broker& broker, const std::string& dir,
+             const std::string& schema, int sinks, int rows) {
+    make_schema(pg, schema);
+    std::vector<std::unique_ptr<Sink>> running;
+    for (int k = 0; k < sinks; ++k) {
+        running.push_back(std::make_unique<Sink>(
+            dir, "bench-" + schema + "-" + std::to_string(k), broker.uri(), pg, schema,
+            sinks == 1 ? "tidemark/+/+" : "$share/bench/tidemark/+/+"));
+        running.back()->start();
+    }
+    std::this_thread::sleep_for(2s);
+    std::thread publishers([&] { publish_parallel(broker.uri(), rows, 2); });
+    long first = 0;
+    const double s = time_to_rows(pg, schema, rows, first, last_records(rows, 2));
+    publishers.join();
+    running.clear();
+    for (int k = 0; k < sinks; ++k)
+        forget_session(broker.uri(), "bench-" + schema + "-" + std::to_string(k));
+    return static_cast<double>(rows - first) / s;
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i];
+        if (k == "--only") {
+            o.only = argv[i + 1];
+            continue;
+        }
+        const int v = std::atoi(argv[i + 1]);
+        if (k == "--runs")
+            o.runs = v;
+        else if (k == "--rows")
+            o.rows = v;
+        else if (k == "--rate")
+            o.rate = v;
+        else if (k == "--seconds")
+            o.seconds = v;
+        else {
+            std::fprintf(stderr,
+                         "usage: bench_sink [--runs 3] [--rows 60000] [--rate 5000] "
+                         "[--seconds 20] [--only bare|sink|drain|latency|share]\n");
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show as they come
+    test::Postgres::Options pg_options;
+    pg_options.durable = true;
+    pg_options.extra_conf = "track_commit_timestamp = on\nshared_buffers = 128MB\n";
+    test::Postgres pg = test::Postgres::start(pg_options);
+    test::Broker::Options broker_options;
+    broker_options.max_inflight = 100;
+    broker_options.extra_conf = "max_queued_messages 1000000\n";
+    test::Broker broker = test::Broker::start(broker_options);
+    test::TempDir dir("tidemark-bench-sink");
+    std::printf("postgres on %d, mosquitto on %d, %d rows, %d runs\n", pg.port(), broker.port(),
+                o.rows, o.runs);
+    std::fflush(stdout);
+
+    const std::vector<Row> rows = parse_rows(o.rows);
+    std::vector<double> row_loop, unnest, store, sink_rate, drain, p50, p99, rss, one, two;
+    for (int run = 0; run < o.runs; ++run) {
+        auto wanted = [&](const char* phase) { return o.only.empty() || o.only == phase; };
+        if (wanted("bare")) {
+            row_loop.push_back(bare_row_loop(pg, "bare_loop_" + std::to_string(run), rows));
+            unnest.push_back(bare_unnest(pg, "bare_unnest_" + std::to_string(run), rows));
+            store.push_back(store_loop(pg, "store_" + std::to_string(run), o.rows));
+        }
+
+        // The sink from a broker backlog.
+        const std::string schema = "sink_" + std::to_string(run);
+        if (wanted("sink")) {
+            Sink sink(dir.path(), "bench-" + schema, broker.uri(), pg, schema, "tidemark/#");
+            sink.start();  // subscribes: the session exists from here on
+            make_schema(pg, schema);
+            std::this_thread::sleep_for(2s);
+            sink.stop();
+            publish_parallel(broker.uri(), o.rows, 2);
+            sink.start();
+            long first = 0;
+            const double s = time_to_rows(pg, schema, o.rows, first, last_records(o.rows, 2));
+            sink_rate.push_back(static_cast<double>(o.rows - first) / s);
+        }
+        if (wanted("sink")) forget_session(broker.uri(), "bench-" + schema);
+        // The spool drained into a database that was down.
+        const std::string drained = "drain_" + std::to_string(run);
+        if (wanted("drain")) {
+            Sink sink(dir.path(), "bench-" + drained, broker.uri(), pg, drained, "tidemark/#");
+            make_schema(pg, drained);
+            sink.start();
+            std::this_thread::sleep_for(2s);
+            pg.stop();
+            publish_parallel(broker.uri(), o.rows, 2);
+            std::this_thread::sleep_for(3s);  // delivered into the spool by now
+            pg.start_again();
+            std::printf("drain: PostgreSQL started\n");
+            std::fflush(stdout);
+            long first = 0;
+            const double s = time_to_rows(pg, drained, o.rows, first, last_records(o.rows, 2));
+            drain.push_back(static_cast<double>(o.rows - first) / s);
+        }
+        if (wanted("drain")) forget_session(broker.uri(), "bench-" + drained);
+        const std::string r = std::to_string(run);
+        if (wanted("latency")) {
+            const Latency l =
+                steady_latency(pg, broker, dir.path(), "latency_" + r, o.rate, o.seconds);
+            p50.push_back(l.p50);
+            p99.push_back(l.p99);
+            rss.push_back(static_cast<double>(l.rss_anon_kib));
+            std::printf("  latency_%d: p50 %.0f ms, p99 %.0f ms, RssAnon %ld KiB\n", run, l.p50,
+                        l.p99, l.rss_anon_kib);
+        }
+        if (wanted("share")) {
+            one.push_back(flood(pg, broker, dir.path(), "one_" + r, 1, o.rows));
+            two.push_back(flood(pg, broker, dir.path(), "two_" + r, 2, o.rows));
+        }
+        auto last = [](const std::vector<double>& v) { return v.empty() ? 0.0 : v.back(); };
+        std::printf(
+            "run %d: row loop %.0f, unnest %.0f, store %.0f, sink %.0f, drain %.0f rows/s\n", run,
+            last(row_loop), last(unnest), last(store), last(sink_rate), last(drain));
+        std::fflush(stdout);
+    }
+
+    const double bare = std::max(median(row_loop), median(unnest));
+    if (!o.only.empty()) return 0;
+    std::printf("sink.bare_row_loop_rows_per_s: %.0f rows/s\n", median(row_loop));
+    std::printf("sink.bare_unnest_rows_per_s: %.0f rows/s\n", median(unnest));
+    std::printf("sink.store_rows_per_s: %.0f rows/s\n", median(store));
+    std::printf("sink.rows_per_s: %.0f rows/s\n", median(sink_rate));
+    std::printf("sink.ratio: %.3f\n", median(sink_rate) / bare);
+    std::printf("sink.drain_rows_per_s: %.0f rows/s\n", median(drain));
+    std::printf("sink.drain_ratio: %.3f\n", median(drain) / bare);
+    std::printf("sink.store_ratio: %.3f\n", median(store) / bare);
+    std::printf("sink.commit_p50_ms: %.0f ms\n", median(p50));
+    std::printf("sink.commit_p99_ms: %.0f ms\n", median(p99));
+    std::printf("sink.rss_anon_kib: %.0f KiB\n", median(rss));
+    std::printf("sink.flood_one_sink_rows_per_s: %.0f rows/s\n", median(one));
+    std::printf("sink.flood_two_sinks_rows_per_s: %.0f rows/s\n", median(two));
+    return 0;
+}
