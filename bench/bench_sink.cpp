@@ -2,14 +2,17 @@
 // the same table, on one machine in one run, with a real mosquitto and a real PostgreSQL 15
 // (fsync on, as a server runs it; track_commit_timestamp on, for the latency figure).
 //
-// Each of --runs (default 3; the figures are medians) does, in order:
+// Each of --runs (default 3; the figures are medians, a ratio the median of the runs' own ratios,
+// since the machine's load may change from one run to the next) does, in order:
 //  1. bare: --rows N result rows (default 60000, distinct windows, ~300-byte records) parsed once,
 //     then upserted with libpq, 1000 rows per transaction, into a fresh schema made by the sink's
 //     own migration: (a) one prepared INSERT ... ON CONFLICT per row, pipelined (what "a libpq
 //     loop" does at best); (b) the sink's statement, INSERT ... SELECT FROM unnest(...), one per
 //     1000 rows. sink.ratio is against the faster of the two. (c) store: the sink's PostgreSQL
 //     adapter (SinkStore::commit) on batches built beforehand.
-//  2. sink: the N records queued at the broker for the sink's persistent session while it is
+//  2. mqtt: the N records queued at the broker for a persistent session, drained by a Paho client
+//     that only counts them: the broker's delivery alone, the ceiling of the next figure here.
+//     sink: the N records queued at the broker for the sink's persistent session while it is
 //     stopped, then the sink started: rows/s from its first committed row to its last (the
 //     broker's delivery, the spool, parsing, the batch reduction and the upserts, all at once).
 //  3. drain: the N records spooled while PostgreSQL is down, then PostgreSQL started: the
@@ -60,6 +63,7 @@ struct Options {
     int rows = 60000;
     int rate = 5000;
     int seconds = 20;
+    int broker_inflight = 100;  ///< mosquitto's max_inflight_messages
     std::string only;  ///< run one phase (bare, sink, drain, latency, share), for profiling
 };
 
@@ -475,6 +479,44 @@ double store_loop(const test::Postgres& pg, const std::string& schema, int n) {
     return static_cast<double>(n) / seconds_since(started);
 }
 
+// The broker's delivery alone: the N records queued for a persistent session, then drained by
+// a Paho client that only counts them (QoS1, PUBACK when the callback returns, as the sink's
+// ingest): the ceiling the sink's end-to-end rate is under, on this machine.
+double mqtt_ceiling(const test::Broker& broker, int rows, const std::string& id) {
+    std::atomic<int> received{0};
+    Steady::time_point first{}, last{};
+    std::mutex mutex;
+    auto connect = [&](::mqtt::async_client& client) {
+        ::mqtt::connect_options options;
+        options.set_clean_session(false);
+        client.connect(options)->wait();
+    };
+    {
+        ::mqtt::async_client client(broker.uri(), id, ::mqtt::create_options(MQTTVERSION_3_1_1),
+                                    static_cast<::mqtt::iclient_persistence*>(nullptr));
+        connect(client);
+        client.subscribe("tidemark/#", 1)->wait();
+        client.disconnect()->wait();
+    }
+    publish_parallel(broker.uri(), rows, 2);
+    ::mqtt::async_client client(broker.uri(), id, ::mqtt::create_options(MQTTVERSION_3_1_1),
+                                static_cast<::mqtt::iclient_persistence*>(nullptr));
+    client.set_message_callback([&](::mqtt::const_message_ptr) {
+        const int n = ++received;
+        std::lock_guard lock(mutex);
+        if (n == 1) first = Steady::now();
+        last = Steady::now();
+    });
+    connect(client);
+    const auto deadline = Steady::now() + 300s;
+    while (received < rows && Steady::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    client.disconnect()->wait();
+    forget_session(broker.uri(), id);
+    std::lock_guard lock(mutex);
+    return (received - 1) / std::chrono::duration<double>(last - first).count();
+}
+
 // Publish-to-commit at `rate` records/s for `seconds`: p50 and p99 from PostgreSQL's commit
 // timestamps, and the sink's highest RssAnon.
 struct Latency {
@@ -554,10 +596,13 @@ Options parse(int argc, char** argv) {
             o.rate = v;
         else if (k == "--seconds")
             o.seconds = v;
+        else if (k == "--broker-inflight")
+            o.broker_inflight = v;
         else {
             std::fprintf(stderr,
                          "usage: bench_sink [--runs 3] [--rows 60000] [--rate 5000] "
-                         "[--seconds 20] [--only bare|sink|drain|latency|share]\n");
+                         "[--seconds 20] [--broker-inflight 100] [--only "
+                         "bare|mqtt|sink|drain|latency|share]\n");
             std::exit(2);
         }
     }
@@ -574,7 +619,7 @@ int main(int argc, char** argv) {
     pg_options.extra_conf = "track_commit_timestamp = on\nshared_buffers = 128MB\n";
     test::Postgres pg = test::Postgres::start(pg_options);
     test::Broker::Options broker_options;
-    broker_options.max_inflight = 100;
+    broker_options.max_inflight = o.broker_inflight;
     broker_options.extra_conf = "max_queued_messages 1000000\n";
     test::Broker broker = test::Broker::start(broker_options);
     test::TempDir dir("tidemark-bench-sink");
@@ -583,7 +628,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     const std::vector<Row> rows = parse_rows(o.rows);
-    std::vector<double> row_loop, unnest, store, sink_rate, drain, p50, p99, rss, one, two;
+    std::vector<double> row_loop, unnest, store, sink_rate, drain, p50, p99, rss, one, two, mqtt;
+    // Against the faster bare loop of the same run: the machine's load changes between runs.
+    std::vector<double> ratio, drain_ratio, store_ratio;
     for (int run = 0; run < o.runs; ++run) {
         auto wanted = [&](const char* phase) { return o.only.empty() || o.only == phase; };
         if (wanted("bare")) {
@@ -592,6 +639,8 @@ int main(int argc, char** argv) {
             store.push_back(store_loop(pg, "store_" + std::to_string(run), o.rows));
         }
 
+        if (wanted("mqtt"))
+            mqtt.push_back(mqtt_ceiling(broker, o.rows, "bench-mqtt-" + std::to_string(run)));
         // The sink from a broker backlog.
         const std::string schema = "sink_" + std::to_string(run);
         if (wanted("sink")) {
@@ -640,22 +689,30 @@ int main(int argc, char** argv) {
             two.push_back(flood(pg, broker, dir.path(), "two_" + r, 2, o.rows));
         }
         auto last = [](const std::vector<double>& v) { return v.empty() ? 0.0 : v.back(); };
+        if (o.only.empty()) {
+            const double bare = std::max(last(row_loop), last(unnest));
+            ratio.push_back(last(sink_rate) / bare);
+            drain_ratio.push_back(last(drain) / bare);
+            store_ratio.push_back(last(store) / bare);
+        }
         std::printf(
-            "run %d: row loop %.0f, unnest %.0f, store %.0f, sink %.0f, drain %.0f rows/s\n", run,
-            last(row_loop), last(unnest), last(store), last(sink_rate), last(drain));
+            "run %d: row loop %.0f, unnest %.0f, store %.0f, mqtt %.0f, sink %.0f, drain "
+            "%.0f, flood one %.0f, two %.0f rows/s\n",
+            run, last(row_loop), last(unnest), last(store), last(mqtt), last(sink_rate),
+            last(drain), last(one), last(two));
         std::fflush(stdout);
     }
 
-    const double bare = std::max(median(row_loop), median(unnest));
     if (!o.only.empty()) return 0;
     std::printf("sink.bare_row_loop_rows_per_s: %.0f rows/s\n", median(row_loop));
     std::printf("sink.bare_unnest_rows_per_s: %.0f rows/s\n", median(unnest));
     std::printf("sink.store_rows_per_s: %.0f rows/s\n", median(store));
+    std::printf("sink.mqtt_drain_msgs_per_s: %.0f msgs/s\n", median(mqtt));
     std::printf("sink.rows_per_s: %.0f rows/s\n", median(sink_rate));
-    std::printf("sink.ratio: %.3f\n", median(sink_rate) / bare);
+    std::printf("sink.ratio: %.3f\n", median(ratio));
     std::printf("sink.drain_rows_per_s: %.0f rows/s\n", median(drain));
-    std::printf("sink.drain_ratio: %.3f\n", median(drain) / bare);
-    std::printf("sink.store_ratio: %.3f\n", median(store) / bare);
+    std::printf("sink.drain_ratio: %.3f\n", median(drain_ratio));
+    std::printf("sink.store_ratio: %.3f\n", median(store_ratio));
     std::printf("sink.commit_p50_ms: %.0f ms\n", median(p50));
     std::printf("sink.commit_p99_ms: %.0f ms\n", median(p99));
     std::printf("sink.rss_anon_kib: %.0f KiB\n", median(rss));
