@@ -279,6 +279,17 @@ void SinkWriter::record(const Pending& p, const postgres::CommitOutcome& outcome
     }
     if (s.view_problems.size() > view_problems_max)
         s.view_problems.erase(s.view_problems.begin(), s.view_problems.end() - view_problems_max);
+    // DESIGN.md section 10: refused input is logged with its topic, never fatal. At most a line
+    // every rejected_log_interval_ms, so that a flood of garbage does not flood the journal.
+    rejected_unlogged_ += p.batch.rejected.size();
+    if (!p.batch.rejected.empty() &&
+        clock_.steady_ms() - rejected_logged_ms_ >= rejected_log_interval_ms) {
+        const core::RejectedMessage& r = p.batch.rejected.back();
+        spdlog::warn("sink: {} message(s) rejected (in the table rejected), the latest on '{}': {}",
+                     rejected_unlogged_, r.topic, r.reason);
+        rejected_unlogged_ = 0;
+        rejected_logged_ms_ = clock_.steady_ms();
+    }
     for (const int64_t received : p.receive_ms)
         s.commit_lag.add(now_wall - received);
     for (const int64_t watermark : p.watermark_ms)

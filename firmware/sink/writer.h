@@ -126,6 +126,10 @@ class SinkWriter {
     std::thread thread_;
     std::atomic<int64_t> heartbeat_ms_{0};
 
+    static constexpr int64_t rejected_log_interval_ms = 10'000;
+    uint64_t rejected_unlogged_ = 0;  // the writer thread's
+    int64_t rejected_logged_ms_ = INT64_MIN / 2;
+
     mutable std::mutex mutex_;  // guards stats_ and stopping_
     std::condition_variable wake_;
     bool stopping_ = false;
