@@ -205,8 +205,7 @@ class Poll {
   public:
     explicit Poll(const test::Postgres& pg) : conn_(PQconnectdb(pg.conninfo().c_str())) {
         if (PQstatus(conn_) != CONNECTION_OK) {
-            std::fprintf(stderr, "poll: %s", PQerrorMessage(conn_));
-            std::exit(1);
+            bench::fail(std::string("poll: ") + PQerrorMessage(conn_));
         }
     }
     ~Poll() { PQfinish(conn_); }
@@ -265,8 +264,8 @@ double time_to_rows(const test::Postgres& pg, const std::string& schema, long ro
                     schema + ".results")
             .c_str());
     if (const long found = count_rows(poll, schema); found != rows) {
-        std::fprintf(stderr, "%s: %ld rows, expected %ld\n", schema.c_str(), found, rows);
-        std::exit(1);
+        bench::fail(schema + ": " + std::to_string(found) + " rows, expected " +
+                    std::to_string(rows));
     }
     return s;
 }
@@ -411,8 +410,19 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
+static int run(const Options& o);
+
 int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
+    try {
+        return run(o);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_sink: %s\n", e.what());
+        return 1;
+    }
+}
+
+static int run(const Options& o) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show as they come
     test::Postgres::Options pg_options;
     pg_options.durable = true;

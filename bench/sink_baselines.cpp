@@ -17,8 +17,7 @@ namespace {
 PGconn* connect(const test::Postgres& pg) {
     PGconn* c = PQconnectdb(pg.conninfo().c_str());
     if (PQstatus(c) != CONNECTION_OK) {
-        std::fprintf(stderr, "connect: %s", PQerrorMessage(c));
-        std::exit(1);
+        fail(std::string("connect: ") + PQerrorMessage(c));
     }
     return c;
 }
@@ -26,8 +25,7 @@ PGconn* connect(const test::Postgres& pg) {
 void check(PGresult* r, PGconn* c, const char* what) {
     if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK &&
         PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
-        std::fprintf(stderr, "%s: %s\n", what, PQerrorMessage(c));
-        std::exit(1);
+        fail(std::string(what) + ": " + PQerrorMessage(c));
     }
     PQclear(r);
 }
@@ -63,11 +61,9 @@ void make_schema(const test::Postgres& pg, const std::string& schema) {
     o.schema = schema;
     auto store = postgres::SinkStore::open(o);
     if (!store) {
-        std::fprintf(stderr, "schema %s: %s\n", schema.c_str(), store.error().message.c_str());
-        std::exit(1);
+        fail("schema " + schema + ": " + store.error().message);
     }
 }
-
 
 std::vector<Row> parse_rows(int n) {
     codec::UpstreamParser parser;
@@ -209,8 +205,7 @@ double store_loop(const test::Postgres& pg, const std::string& schema, int n) {
     for (const auto& batch : batches) {
         auto ok = (*store)->commit(batch, {"bench-store", "spool", ++offset});
         if (!ok) {
-            std::fprintf(stderr, "store: %s\n", ok.error().message.c_str());
-            std::exit(1);
+            fail("store: " + ok.error().message);
         }
     }
     return static_cast<double>(n) / seconds_since(started);

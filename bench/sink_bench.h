@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@
 namespace tidemark::bench {
 
 using Steady = std::chrono::steady_clock;
+
+/// A failure ends the benchmark through main's catch, so that the destructors stop the servers
+/// and remove their directories (std::exit would leave them).
+[[noreturn]] inline void fail(const std::string& message) {
+    throw std::runtime_error(message);
+}
 
 inline double seconds_since(Steady::time_point t) {
     return std::chrono::duration<double>(Steady::now() - t).count();
