@@ -44,6 +44,11 @@ install(FILES ${_tm_systemd_dir}/tidemark.tmpfiles DESTINATION lib/tmpfiles.d
         RENAME tidemark.conf PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 install(FILES ${_tm_systemd_dir}/../docs/OPERATIONS.md DESTINATION share/doc/tidemark
         PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+# The sink (docs/SINK.md): its unit, not enabled by the package, its guide and an example config.
+install(FILES ${_tm_systemd_dir}/tidemark-sink.service DESTINATION lib/systemd/system
+        PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+install(FILES ${_tm_systemd_dir}/../docs/SINK.md ${_tm_systemd_dir}/../examples/sink.json
+        DESTINATION share/doc/tidemark PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 
 # --- Debian package ---
 set(CPACK_GENERATOR DEB)
@@ -91,10 +96,10 @@ else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
       "systemd, libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, liblmdb0 (>= 0.9.24), "
       "libpaho-mqttpp3-1 (>= 1.2.0), libpaho-mqtt1.3 (>= 1.3.12), libmosquitto1, libspdlog1.10-fmt9, libfmt9, "
-      "libsimdjson14, libsystemd0, libssl3")
+      "libsimdjson14, libsystemd0, libssl3, libpq5")
 endif()
 # The gateway broker usually runs on the same host.
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "mosquitto, mosquitto-clients, lmdb-utils")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "mosquitto, mosquitto-clients, lmdb-utils, postgresql")
 
 # Maintainer scripts and conffiles. dpkg keeps an operator's edits to a conffile across upgrades
 # (and asks before replacing them); CPack does not list /etc files by itself.

@@ -27,8 +27,12 @@ add_library(tidemark_firmware STATIC
 )
 file(GLOB tidemark_firmware_commands ${CMAKE_CURRENT_LIST_DIR}/command_*.cpp)
 target_sources(tidemark_firmware PRIVATE ${tidemark_firmware_commands})
+# The sink (issue 27): its service pieces in sink/, its command in commands/ (issue 26's layout).
+file(GLOB tidemark_firmware_sink CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/sink/*.cpp
+     ${CMAKE_CURRENT_LIST_DIR}/commands/*.cpp)
+target_sources(tidemark_firmware PRIVATE ${tidemark_firmware_sink})
 target_link_libraries(tidemark_firmware PUBLIC tidemark_core tidemark_config tidemark_codec
-  tidemark_log tidemark_lmdb tidemark_mqtt tidemark_notify spdlog::spdlog
+  tidemark_log tidemark_lmdb tidemark_mqtt tidemark_postgres tidemark_notify spdlog::spdlog
   Threads::Threads)
 find_package(nlohmann_json REQUIRED)
 target_link_libraries(tidemark_firmware PRIVATE nlohmann_json::nlohmann_json)

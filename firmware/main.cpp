@@ -8,9 +8,11 @@
 #include <CLI/CLI.hpp>
 
 #include "adapters/config/config.h"
+#include "adapters/config/sink_config.h"
 #include "firmware/build_info.h"
 #include "firmware/clock.h"
 #include "firmware/commands.h"
+#include "firmware/commands/command_sink.h"
 #include "firmware/crash_arm.h"
 #include "firmware/runtime.h"
 #include "firmware/version_plan.h"
@@ -55,11 +57,14 @@ struct CommandLine {
     std::string from_text, to_text;
     tidemark::firmware::InspectOptions inspect;
     tidemark::firmware::AdviseOptions advise;
+    std::string sink_config_path, sink_check_path;
     CLI::App* run_command = nullptr;
     CLI::App* check_command = nullptr;
     CLI::App* replay_command = nullptr;
     CLI::App* inspect_command = nullptr;
     CLI::App* advise_command = nullptr;
+    CLI::App* sink_command = nullptr;
+    CLI::App* sink_check_command = nullptr;
 };
 
 void define_commands(CLI::App& app, CommandLine& c) {
@@ -94,9 +99,19 @@ void define_commands(CLI::App& app, CommandLine& c) {
     advise->add_option("--target", c.advise.target_percent,
                        "share of events that must be on time, in percent (default 99.9)");
     advise->add_option("--log-dir", c.advise.log_dir, "log directory (default: data_dir/log)");
+
+    auto* sink = c.sink_command = app.add_subcommand(
+        "sink", "keep PostgreSQL right from the results on the upstream broker (its own unit)");
+    sink->add_option("--config,-c", c.sink_config_path, "sink config file (JSON)");
+    sink->add_option("--log-level", c.log_level, "trace, debug, info, warn or error");
+    sink->require_subcommand(0, 1);
+    c.sink_check_command = sink->add_subcommand("check-config", "validate a sink config and exit");
+    c.sink_check_command->add_option("file", c.sink_check_path, "sink config file")->required();
 }
 
 int check_config(const std::string& path) {
+    if (tidemark::config::is_sink_config_file(path))
+        return tidemark::firmware::sink_check_config(path);
     auto loaded = tidemark::config::load_config_file(path);
     if (!loaded) {
         std::cerr << tidemark::config::format_errors(loaded.error());
@@ -134,6 +149,19 @@ int replay(CommandLine& c) {
         return 2;
     }
     return tidemark::firmware::replay_command(c.replay);
+}
+
+int sink(const CommandLine& c, const tidemark::core::Clock& clock) {
+    if (*c.sink_check_command) return tidemark::firmware::sink_check_config(c.sink_check_path);
+    if (c.sink_config_path.empty()) {
+        std::cerr << "tidemark sink: --config FILE is required (or: tidemark sink check-config "
+                     "FILE)\n";
+        return 2;
+    }
+    tidemark::firmware::Signals signals;
+    install_signals(signals);
+    return tidemark::firmware::sink_command(c.sink_config_path, c.log_level, &setup_logging,
+                                            signals, clock);
 }
 
 int run(const CommandLine& c, const tidemark::core::Clock& clock) {
@@ -178,5 +206,6 @@ int main(int argc, char** argv) {
     const firmware::SystemClock clock;
     if (*c.inspect_command) return firmware::inspect_command(c.inspect, clock);
     if (*c.advise_command) return firmware::advise_command(c.advise);
+    if (*c.sink_command) return sink(c, clock);
     return run(c, clock);
 }

@@ -13,6 +13,7 @@ TIDEMARK_PACKAGES=(
   mosquitto mosquitto-clients
   libssl-dev openssl
   dpkg-dev
+  libpq-dev postgresql-15
 )
 
 # Installs what is missing; quick when everything is there already.
@@ -54,7 +55,7 @@ TIDEMARK_TARGET_PACKAGES=(
   libc6-dev libstdc++-12-dev
   liblmdb-dev libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev libsimdjson-dev
-  libsystemd-dev libssl-dev
+  libsystemd-dev libssl-dev libpq-dev
 )
 TIDEMARK_TARGET_SOURCES=(
   "deb http://deb.debian.org/debian bookworm main"

@@ -136,6 +136,34 @@ class Checker {
 /// Letters, digits, '-', '_' or '.', 1 to 64 of them: it becomes an MQTT topic level.
 bool is_name(std::string_view s);
 
+// The pieces of a broker connection (connections.cpp), shared by the appliance's sections and
+// the sink's (sink_config.cpp).
+/// Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
+void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
+              Endpoint& endpoint);
+/// A topic to publish to: the placeholders allowed, no wildcards.
+void check_topic_template(Checker& c, const std::string& pointer, const std::string& tmpl,
+                          std::initializer_list<std::string_view> placeholders);
+void read_topic_template(Checker& c, const Section& s, std::string_view key, std::string& out,
+                         std::initializer_list<std::string_view> placeholders);
+/// The "tls" section of `parent`; refused on a URI (as written) that is not ssl://.
+std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::string& uri);
+/// "password_file", read now (trailing newlines removed); false when absent.
+bool read_password_file(Checker& c, const Section& s, std::string& password);
+/// "username" and "password_file" (read now); an inline "password" is refused.
+void read_credentials(Checker& c, const Section& s, std::string& username, std::string& password);
+void read_client_id(Checker& c, const Section& s, std::string& client_id);
+
+/// What is wrong with an MQTT topic filter to subscribe to (pipelines.cpp), or nullopt.
+std::optional<std::string> topic_filter_problem(std::string_view filter);
+
+/// The contents of the config file at `path`; nullopt with the error when it cannot be read.
+std::optional<std::string> read_config_text(const std::string& path,
+                                            std::vector<ConfigError>& errors);
+/// The document parsed, with every duplicate key refused by pointer (config.cpp); nullopt with
+/// the error when it is not JSON.
+std::optional<Json> parse_document(std::string_view text, std::vector<ConfigError>& errors);
+
 // The sections, one reader per part of the document (connections.cpp, pipelines.cpp,
 // budget.cpp). Each reports into the Checker and leaves defaults where a value is absent or bad.
 void read_storage(Checker& c, const Json& root, StorageConfig& storage, size_t pointer_bytes);

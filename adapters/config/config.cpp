@@ -77,6 +77,30 @@ class DuplicateKeyFinder {
     std::vector<Frame> frames_;
 };
 
+}  // namespace
+
+namespace detail {
+
+std::optional<Json> parse_document(std::string_view text, std::vector<ConfigError>& errors) {
+    DuplicateKeyFinder duplicates;
+    Json root;
+    try {
+        root = Json::parse(text.begin(), text.end(), std::ref(duplicates));
+    } catch (const Json::exception& e) {
+        // parse_error, and out_of_range for a number no double holds (1e400).
+        std::string message = e.what();
+        if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
+        errors.push_back({"", "the config is not valid JSON: " + message});
+        return std::nullopt;
+    }
+    errors.insert(errors.end(), duplicates.errors.begin(), duplicates.errors.end());
+    return root;
+}
+
+}  // namespace detail
+
+namespace {
+
 // node_id and data_dir.
 void read_identity(Checker& c, const Json& root, Config& config) {
     if (c.read_string(root, "", "node_id", config.node_id,
@@ -189,18 +213,9 @@ std::string_view when_full_name(WhenFull when_full) {
 ConfigResult parse_config(std::string_view text, const std::string& base_dir_for_relative_files,
                           size_t pointer_bytes) {
     Checker c(base_dir_for_relative_files);
-    Json root;
-    DuplicateKeyFinder duplicates;
-    try {
-        root = Json::parse(text.begin(), text.end(), std::ref(duplicates));
-    } catch (const Json::exception& e) {
-        // parse_error, and out_of_range for a number no double holds (1e400).
-        std::string message = e.what();
-        if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
-        return std::unexpected(
-            std::vector<ConfigError>{{"", "the config is not valid JSON: " + message}});
-    }
-    c.errors = std::move(duplicates.errors);
+    auto parsed = parse_document(text, c.errors);
+    if (!parsed) return std::unexpected(std::move(c.errors));
+    const Json& root = *parsed;
     if (!root.is_object()) {
         c.error("", "the config must be a JSON object, not " + type_phrase(root));
         return std::unexpected(std::move(c.errors));
@@ -230,18 +245,31 @@ ConfigResult parse_config(std::string_view text, const std::string& base_dir_for
     return config;
 }
 
-ConfigResult load_config_file(const std::string& path) {
+namespace detail {
+
+std::optional<std::string> read_config_text(const std::string& path,
+                                            std::vector<ConfigError>& errors) {
     errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in || std::filesystem::is_directory(path)) {
         int err = errno ? errno : EISDIR;
-        return std::unexpected(std::vector<ConfigError>{
-            {"", "cannot read the config file " + in_quotes(path) + ": " + std::strerror(err)}});
+        errors.push_back(
+            {"", "cannot read the config file " + in_quotes(path) + ": " + std::strerror(err)});
+        return std::nullopt;
     }
     std::ostringstream buffer;
     buffer << in.rdbuf();
+    return buffer.str();
+}
+
+}  // namespace detail
+
+ConfigResult load_config_file(const std::string& path) {
+    std::vector<ConfigError> errors;
+    auto text = read_config_text(path, errors);
+    if (!text) return std::unexpected(std::move(errors));
     std::string base = std::filesystem::absolute(path).parent_path().string();
-    return parse_config(buffer.str(), base);
+    return parse_config(*text, base);
 }
 
 std::string format_errors(const std::vector<ConfigError>& errors) {

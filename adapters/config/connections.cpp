@@ -62,6 +62,10 @@ namespace {
 constexpr size_t password_bytes_max = 4096;
 constexpr uint64_t payload_bytes_limit = 256ULL << 20;  // MQTT's maximum packet size
 
+}  // namespace
+
+// From here to read_outbox: shared with the sink's config (sink_config.cpp), through checker.h.
+
 // Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
 void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
               Endpoint& endpoint) {
@@ -144,16 +148,9 @@ std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::
     return tls;
 }
 
-// username + password_file; an inline "password" is refused so secrets stay out of configs.
-void read_credentials(Checker& c, const Section& s, std::string& username, std::string& password) {
-    c.read_string(*s, s.pointer, "username", username);
-    if (Checker::member(*s, "password")) {
-        c.error(child(s.pointer, "password"),
-                "passwords are not accepted in the config: write it to a file only the tidemark "
-                "user can read and name that file in \"password_file\"");
-    }
+bool read_password_file(Checker& c, const Section& s, std::string& password) {
     std::string file;
-    if (!c.read_string(*s, s.pointer, "password_file", file)) return;
+    if (!c.read_string(*s, s.pointer, "password_file", file)) return false;
     std::string p = child(s.pointer, "password_file");
     file = c.resolve_path(file);
     std::string contents;
@@ -164,6 +161,19 @@ void read_credentials(Checker& c, const Section& s, std::string& username, std::
         if (contents.empty()) c.error(p, "the password file " + in_quotes(file) + " is empty");
         password = std::move(contents);
     }
+    return true;
+}
+
+// username + password_file; an inline "password" is refused so secrets stay out of configs.
+void read_credentials(Checker& c, const Section& s, std::string& username, std::string& password) {
+    c.read_string(*s, s.pointer, "username", username);
+    if (Checker::member(*s, "password")) {
+        c.error(child(s.pointer, "password"),
+                "passwords are not accepted in the config: write it to a file only the tidemark "
+                "user can read and name that file in \"password_file\"");
+    }
+    if (!read_password_file(c, s, password)) return;
+    std::string p = child(s.pointer, "password_file");
     if (username.empty()) {
         c.error(p,
                 "password_file is set but username is not: MQTT 3.1.1 sends a password only with "
@@ -175,6 +185,8 @@ void read_client_id(Checker& c, const Section& s, std::string& client_id) {
     c.read_string(*s, s.pointer, "client_id", client_id);
     if (client_id.empty()) c.error(s.pointer + "/client_id", "a client id cannot be empty");
 }
+
+namespace {
 
 void read_outbox(Checker& c, const Section& upstream, OutboxConfig& outbox) {
     Section s = c.section(*upstream, upstream.pointer, "outbox",

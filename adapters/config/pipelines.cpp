@@ -15,6 +15,8 @@ constexpr size_t aggregates_max = 64;
 constexpr size_t key_parts_max = 8;
 constexpr int topic_level_max = 1023;
 
+}  // namespace
+
 // MQTT 3.1.1 section 4.7: '+' fills a whole level, '#' only as the whole last level.
 std::optional<std::string> topic_filter_problem(std::string_view filter) {
     if (filter.empty()) return "a topic filter cannot be empty";
@@ -35,6 +37,8 @@ std::optional<std::string> topic_filter_problem(std::string_view filter) {
     }
     return std::nullopt;
 }
+
+namespace {
 
 struct FilterShape {
     int literal_levels = 0;  // levels in the filter before any '#'

@@ -127,8 +127,10 @@ CommandResult run_tidemark(const std::vector<std::string>& args,
 
 // ---- Daemon ----
 
-Daemon::Daemon(std::string config_path, std::string log_path)
-    : config_path_(std::move(config_path)), log_path_(std::move(log_path)) {}
+Daemon::Daemon(std::string config_path, std::string log_path, std::string command)
+    : config_path_(std::move(config_path)),
+      log_path_(std::move(log_path)),
+      command_(std::move(command)) {}
 
 Daemon::~Daemon() {
     if (pid_ > 0) kill9();
@@ -140,7 +142,7 @@ void Daemon::start() {
         std::ofstream mark(log_path_, std::ios::app);
         mark << "==== test: start #" << ++starts_ << " ====\n";
     }
-    pid_ = spawn({"run", "--config", config_path_}, log_path_, log_path_);
+    pid_ = spawn({command_, "--config", config_path_}, log_path_, log_path_);
 }
 
 bool Daemon::running() {

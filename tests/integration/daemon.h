@@ -38,12 +38,13 @@ struct CommandResult {
 CommandResult run_tidemark(const std::vector<std::string>& args,
                            std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
-/// Operation: `tidemark run --config FILE` as a child process (fork/exec), its stdout and stderr
+/// Operation: `tidemark run --config FILE` (or another `command`: `sink`) as a child process
+/// (fork/exec), its stdout and stderr
 /// appended to one file so that restarts keep the whole story. Dies with the test
 /// (PR_SET_PDEATHSIG). The destructor SIGKILLs a daemon still running.
 class Daemon {
   public:
-    Daemon(std::string config_path, std::string log_path);
+    Daemon(std::string config_path, std::string log_path, std::string command = "run");
     ~Daemon();
     Daemon(const Daemon&) = delete;
     Daemon& operator=(const Daemon&) = delete;
@@ -62,6 +63,7 @@ class Daemon {
   private:
     std::string config_path_;
     std::string log_path_;
+    std::string command_;
     pid_t pid_ = -1;
     int starts_ = 0;
     int last_status_ = -1;

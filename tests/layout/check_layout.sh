@@ -3,7 +3,7 @@
 #  1. core/ includes only core/ headers and the C++ standard library;
 #  2. an adapter (adapters/NAME/) includes only core/, its own folder and its own libraries,
 #     never another adapter;
-#  3. no header outside adapters/ names an LMDB, Paho or nlohmann type;
+#  3. no header outside adapters/ names an LMDB, Paho, libpq or nlohmann type;
 #  4. docs/ARCHITECTURE.md names every source file of core/, adapters/ and firmware/.
 # Prints every breach and exits 1 when there is one.
 set -uo pipefail
@@ -35,7 +35,8 @@ done
 # 3. third-party types in headers outside adapters/ (no exception).
 while IFS= read -r hit; do
   breach "$hit: a third-party type in a header outside adapters/"
-done < <(grep -nE '\bMDB_[a-z]|\bnlohmann::|\bmqtt::async_client|\bMQTTAsync' core/*.h firmware/*.h 2>/dev/null)
+done < <(grep -nE '\bMDB_[a-z]|\bnlohmann::|\bmqtt::async_client|\bMQTTAsync|\bPG(conn|result)\b' \
+           core/*.h firmware/*.h firmware/*/*.h 2>/dev/null)
 
 # 4. every source file is named in docs/ARCHITECTURE.md.
 doc=docs/ARCHITECTURE.md
@@ -43,7 +44,7 @@ if [ ! -f "$doc" ]; then
   breach "$doc is missing"
 else
   for f in core/*.h core/*.cpp core/*/*.h core/*/*.cpp adapters/*/*.h adapters/*/*.cpp \
-           firmware/*.h firmware/*.cpp; do
+           firmware/*.h firmware/*.cpp firmware/*/*.h firmware/*/*.cpp; do
     [ -f "$f" ] || continue
     grep -qF "\`$f\`" "$doc" || breach "$f is not named in $doc"
   done

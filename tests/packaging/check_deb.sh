@@ -25,24 +25,27 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 expected_files='./etc/tidemark/tidemark.json
 ./usr/bin/tidemark
+./usr/lib/systemd/system/tidemark-sink.service
 ./usr/lib/systemd/system/tidemark.service
 ./usr/lib/sysusers.d/tidemark.conf
 ./usr/lib/tmpfiles.d/tidemark.conf
-./usr/share/doc/tidemark/OPERATIONS.md'
+./usr/share/doc/tidemark/OPERATIONS.md
+./usr/share/doc/tidemark/SINK.md
+./usr/share/doc/tidemark/sink.json'
 
 for deb in "${debs[@]}"; do
   arch=${deb##*_}
   arch=${arch%.deb}
   echo "== $deb ($arch)"
   [ "$(dpkg-deb -f "$deb" Architecture)" = "$arch" ] || fail "$deb: Architecture is not $arch"
-  files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $6 }' | sort)
+  files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $6 }' | LC_ALL=C sort)
   [ "$files" = "$expected_files" ] || fail "$deb: files differ:"$'\n'"$files"
   depends=$(dpkg-deb -f "$deb" Depends)
   echo "Depends: $depends"
   # Package names alone, one a line: compared as fixed strings ("libstdc++6" is no regex).
   names=$(sed -e 's/ *([^)]*)//g' -e 's/ *| */\n/g' -e 's/ *, */\n/g' <<<"$depends")
   for p in systemd libc6 libstdc++6 liblmdb0 libpaho-mqttpp3-1 libpaho-mqtt1.3 libsystemd0 \
-           libspdlog1.10-fmt9 libsimdjson14 libmosquitto1; do
+           libspdlog1.10-fmt9 libsimdjson14 libmosquitto1 libpq5; do
     grep -qxF "$p" <<<"$names" || fail "$deb: Depends lacks $p"
   done
   grep -q ':' <<<"$depends" && fail "$deb: Depends names an architecture-qualified package"

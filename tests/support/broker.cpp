@@ -35,6 +35,8 @@ constexpr std::size_t collected_messages_max = 2'000'000;
     throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
+}  // namespace
+
 int free_loopback_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) throw_errno("socket");
@@ -51,6 +53,8 @@ int free_loopback_port() {
     ::close(fd);
     return ntohs(address.sin_port);
 }
+
+namespace {
 
 bool accepts_connections(int port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

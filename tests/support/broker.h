@@ -12,6 +12,10 @@
 
 namespace tidemark::test {
 
+/// A 127.0.0.1 TCP port that was free a moment ago (bound to port 0, then released): the
+/// caller retries with another when a server it starts there finds it taken.
+int free_loopback_port();
+
 /// A fresh directory under /tmp named PREFIX.XXXXXX. The caller removes it (or uses TempDir).
 std::string temp_dir(std::string_view prefix);
 

@@ -94,6 +94,8 @@ TEST_CASE("the .deb installs the service layout with the right modes", "[deb]") 
                  Expected{"usr/bin/tidemark", 0755},
                  Expected{"etc/tidemark/tidemark.json", 0644},
                  Expected{"usr/lib/systemd/system/tidemark.service", 0644},
+                 Expected{"usr/lib/systemd/system/tidemark-sink.service", 0644},
+                 Expected{"usr/share/doc/tidemark/SINK.md", 0644},
                  Expected{"usr/lib/sysusers.d/tidemark.conf", 0644},
                  Expected{"usr/lib/tmpfiles.d/tidemark.conf", 0644},
                  Expected{"usr/share/doc/tidemark/OPERATIONS.md", 0644},

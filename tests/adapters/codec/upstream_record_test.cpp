@@ -1,0 +1,188 @@
+// The sink reads exactly what the gateway writes (codec::encode_result, the version record,
+// side output), and refuses everything else with a reason a person can act on.
+#include "adapters/codec/upstream_record.h"
+
+#include <catch2/catch.hpp>
+
+#include "adapters/codec/record.h"
+#include "firmware/versions.h"
+
+using namespace tidemark;
+
+namespace {
+
+core::UpstreamRecord parse(std::string_view topic, std::string_view payload) {
+    static codec::UpstreamParser parser;
+    return parser.parse(topic, payload);
+}
+
+std::string refusal(std::string_view payload, std::string_view topic = "tidemark/gw/p") {
+    const auto r = parse(topic, payload);
+    REQUIRE(std::holds_alternative<core::Refusal>(r));
+    return std::get<core::Refusal>(r).reason;
+}
+
+const char* const design_result =
+    R"({"id":"9f2c61d0a4b7e853","node":"gw-01","pipeline":"room_temp_1m","version":"3f2a9c01",)"
+    R"("key":"dev-7","window":{"start":1764400000000,"end":1764400060000},"kind":"final",)"
+    R"("revision":0,"closed_by":"watermark","values":{"avg":21.4,"n":60,"p95":22.9},)"
+    R"("watermark":1764400065000})";
+
+std::string with(std::string record, const std::string& from, const std::string& to) {
+    const size_t at = record.find(from);
+    REQUIRE(at != std::string::npos);
+    return record.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("a result the gateway encoded parses back field for field", "[codec][sink]") {
+    core::Emission e;
+    e.id = 0x9f2c61d0a4b7e853;
+    e.kind = core::EmissionKind::retract;
+    e.revision = 3;
+    e.key = "dev \"7\"\\|x";
+    e.start_ms = -60000;  // before 1970
+    e.end_ms = 0;
+    e.closed_by = core::ClosedBy::merge;
+    e.values = {21.4, 60.0, std::nullopt, 1e300};
+    e.watermark_ms = 1764400065000;
+    const std::vector<std::string> names{"avg", "n", "none", "big"};
+    std::string payload;
+    codec::encode_result("gw-01", "room-temp.1m", names, e, payload, "3f2a9c01-r2");
+    const auto parsed = parse("tidemark/gw-01/room-temp.1m", payload);
+    REQUIRE(std::holds_alternative<core::ReceivedResult>(parsed));
+    const auto& r = std::get<core::ReceivedResult>(parsed);
+    CHECK(r.id == "9f2c61d0a4b7e853");
+    CHECK(r.node == "gw-01");
+    CHECK(r.pipeline == "room-temp.1m");
+    CHECK(r.version == "3f2a9c01-r2");  // opaque: a run suffix is kept as it is
+    CHECK(r.key == e.key);
+    CHECK(r.window_start_ms == -60000);
+    CHECK(r.window_end_ms == 0);
+    CHECK(r.kind == core::EmissionKind::retract);
+    CHECK(r.revision == 3);
+    CHECK(r.closed_by == "merge");
+    CHECK(r.values_json == R"({"avg":21.4,"n":60,"none":null,"big":1e+300})");
+    CHECK(r.watermark_ms == 1764400065000);
+}
+
+TEST_CASE("DESIGN.md's result, and one without a version (a gateway before versions)",
+          "[codec][sink]") {
+    auto r = parse("t", design_result);
+    REQUIRE(std::holds_alternative<core::ReceivedResult>(r));
+    CHECK(std::get<core::ReceivedResult>(r).version == "3f2a9c01");
+    r = parse("t", with(design_result, R"("version":"3f2a9c01",)", ""));
+    REQUIRE(std::holds_alternative<core::ReceivedResult>(r));
+    CHECK(std::get<core::ReceivedResult>(r).version.empty());
+    // A field the sink does not know (a newer gateway's) is ignored.
+    r = parse("t", with(design_result, R"("closed_by")", R"("extra":[1,2],"closed_by")"));
+    CHECK(std::holds_alternative<core::ReceivedResult>(r));
+}
+
+TEST_CASE("the gateway's version record parses back, removal is an empty retained message",
+          "[codec][sink]") {
+    firmware::VersionEntry entry;
+    entry.name = "room_temp_1m";
+    entry.live_version = "3f2a9c01";
+    entry.live_definition =
+        R"({"name":"room_temp_1m","aggregates":{"avg":{"fn":"mean","field":"t"},"n":{"fn":"count"}}})";
+    entry.previous = "0badc0de";
+    entry.since_ms = 1764400000000;
+    entry.switch_ms = 1764400123456;
+    const std::string payload = firmware::version_record_json("gw-01", entry);
+    const auto parsed = parse("tidemark/gw-01/room_temp_1m/version", payload);
+    REQUIRE(std::holds_alternative<core::ReceivedVersion>(parsed));
+    const auto& v = std::get<core::ReceivedVersion>(parsed);
+    CHECK(v.topic == "tidemark/gw-01/room_temp_1m/version");
+    CHECK(v.node == "gw-01");
+    CHECK(v.pipeline == "room_temp_1m");
+    CHECK(v.version == "3f2a9c01");
+    CHECK(v.since_ms == 1764400000000);
+    CHECK(v.previous == "0badc0de");
+    CHECK(v.switch_ms == 1764400123456);
+    REQUIRE(v.aggregates.size() == 2);
+    CHECK(v.aggregates[0] == core::AggregateColumn{"avg", "mean"});
+    CHECK(v.aggregates[1] == core::AggregateColumn{"n", "count"});
+    CHECK(v.record_json == payload);
+
+    entry.previous.clear();
+    const auto first = parse("t/version", firmware::version_record_json("gw-01", entry));
+    REQUIRE(std::holds_alternative<core::ReceivedVersion>(first));
+    CHECK_FALSE(std::get<core::ReceivedVersion>(first).previous.has_value());
+
+    const auto removed = parse("tidemark/gw-01/room_temp_1m/version", "");
+    REQUIRE(std::holds_alternative<core::VersionRemoved>(removed));
+    CHECK(std::get<core::VersionRemoved>(removed).topic == "tidemark/gw-01/room_temp_1m/version");
+    CHECK(refusal("", "tidemark/gw-01/room_temp_1m").find("empty") != std::string::npos);
+}
+
+TEST_CASE("side output is kept as it came", "[codec][sink]") {
+    core::SideOutput s;
+    s.reason = "too_late";
+    s.order = 42;
+    s.key = "dev-1";
+    s.topic = "sensors/dev-1/telemetry";
+    s.payload = R"({"ts":1,"v":2})";
+    std::string payload;
+    codec::encode_side_output("gw-01", "p", s, payload);
+    const auto parsed = parse("tidemark/gw-01/p/side", payload);
+    REQUIRE(std::holds_alternative<core::ReceivedSide>(parsed));
+    CHECK(std::get<core::ReceivedSide>(parsed).node == "gw-01");
+    CHECK(std::get<core::ReceivedSide>(parsed).record_json == payload);
+    const auto malformed =
+        parse("t", R"({"node":"gw-01","pipeline":"p","malformed":"no ts","offset":7})");
+    CHECK(std::holds_alternative<core::ReceivedSide>(malformed));
+}
+
+TEST_CASE("what is refused, and why", "[codec][sink]") {
+    CHECK(refusal("garbage").starts_with("not JSON"));
+    CHECK(refusal("\xff\xfe").find("UTF-8") != std::string::npos);
+    CHECK(refusal("[1,2]").find("not a JSON object") != std::string::npos);
+    CHECK(refusal(R"({"hello":"world"})").find("no tidemark record") != std::string::npos);
+    CHECK(refusal(with(design_result, R"("revision":0)", R"("revision":"0")")) ==
+          "result record: \"revision\" must be an integer from 0 to 2147483647, found a string");
+    CHECK(refusal(with(design_result, R"("revision":0)", R"("revision":2147483648)"))
+              .find("\"revision\"") != std::string::npos);
+    CHECK(
+        refusal(with(design_result, R"("revision":0)", R"("revision":-1)")).find("\"revision\"") !=
+        std::string::npos);
+    CHECK(refusal(with(design_result, R"("kind":"final")", R"("kind":"partial")")) ==
+          "result record: \"kind\" must be final, update or retract, found 'partial'");
+    CHECK(refusal(with(design_result, R"("n":60)", R"("n":"60")")) ==
+          "result record: the value \"n\" must be a number or null, found a string");
+    CHECK(refusal(with(design_result, R"("n":60)", R"("n":[60])")).find("an array") !=
+          std::string::npos);
+    CHECK(refusal(with(design_result, R"("end":1764400060000)", R"("end":1764400000000)"))
+              .find("end must be after its start") != std::string::npos);
+    CHECK(refusal(with(design_result, R"("start":1764400000000)", R"("start":1.5)"))
+              .find("\"window\": \"start\" must be an integer") != std::string::npos);
+    CHECK(refusal(with(design_result, R"("watermark":1764400065000)",
+                       R"("watermark":9000000000000000000)"))
+              .find("\"watermark\"") != std::string::npos);
+    CHECK(refusal(with(design_result, R"("id":"9f2c61d0a4b7e853",)", "")) ==
+          "result record: \"id\" is missing");
+    CHECK(refusal(with(design_result, R"("key":"dev-7")", R"("key":"dev\u0000-7")")).find("NUL") !=
+          std::string::npos);
+    CHECK(refusal(with(design_result, R"("pipeline":"room_temp_1m")",
+                       R"("pipeline":"x\"; DROP TABLE results; --")"))
+              .find("cannot name the view") != std::string::npos);
+    CHECK(refusal(with(design_result, R"("pipeline":"room_temp_1m")",
+                       R"("pipeline":")" + std::string(56, 'p') + "\""))
+              .find("at most 55") != std::string::npos);
+    const std::string version =
+        R"({"node":"gw","pipeline":"p","version":"v","since_ms":0,"previous":null,)"
+        R"("switch_ms":5,"aggregates":{"avg":"mean"}})";
+    CHECK(std::holds_alternative<core::ReceivedVersion>(parse("t/version", version)));
+    CHECK(refusal(with(version, R"("avg":"mean")", R"("key":"mean")"), "t/version")
+              .find("share its name with a column") != std::string::npos);
+    CHECK(refusal(with(version, R"("avg":"mean")", R"("avg":3)"), "t/version")
+              .find("must name its function") != std::string::npos);
+    CHECK(refusal(with(version, R"("avg":"mean")", R"("avg":"mean","avg":"sum")"), "t/version")
+              .find("appears twice") != std::string::npos);
+    CHECK(refusal(with(version, R"("node":"gw",)", ""), "t/version") ==
+          "version record: \"node\" is missing");
+    CHECK(refusal(design_result, "tidemark/\xff/p").find("topic") != std::string::npos);
+    CHECK(refusal(R"({"node":"gw","pipeline":"p","reason":"x\u0000"})").find("NUL") !=
+          std::string::npos);
+}
