@@ -125,6 +125,9 @@ struct SourceConfig {
     std::string password;   // the contents of password_file, trailing newlines removed
     std::optional<TlsConfig> tls;
     uint64_t max_payload_bytes = 64ULL << 10;
+    /// The largest max_payload: the log holds a record of at most 16 MiB, topic (up to 64 KiB)
+    /// and frame head included (adapters/log/record.h; firmware checks the two agree).
+    static constexpr uint64_t max_payload_bytes_limit = (16ULL << 20) - (64ULL << 10);
     // Retained messages the broker resends on every subscribe: skipped (and counted) unless
     // the operator asks for them (true), since each resubscribe would ingest them again.
     bool accept_retained = false;

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "adapters/config/checker.h"
+#include "core/duration.h"
 
 namespace tidemark::config {
 
@@ -60,7 +61,6 @@ namespace detail {
 namespace {
 
 constexpr size_t password_bytes_max = 4096;
-constexpr uint64_t payload_bytes_limit = 256ULL << 20;  // MQTT's maximum packet size
 
 // Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
 void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
@@ -176,6 +176,25 @@ void read_client_id(Checker& c, const Section& s, std::string& client_id) {
     if (client_id.empty()) c.error(s.pointer + "/client_id", "a client id cannot be empty");
 }
 
+// A payload the log cannot hold would be refused at every append, for ever: refused here, with
+// the arithmetic, rather than accepted up to MQTT's 256 MiB.
+void read_max_payload(Checker& c, const Section& s, uint64_t& max_payload_bytes) {
+    constexpr uint64_t limit = SourceConfig::max_payload_bytes_limit;
+    uint64_t value = 0;
+    if (!c.read_size(*s, s.pointer, "max_payload", value, 16, 256ULL << 20)) return;
+    if (value > limit) {
+        c.error(s.pointer + "/max_payload",
+                core::format_size(value) +
+                    " is more than the log can hold: a log record is at "
+                    "most 16MiB (16777216 bytes), topic (up to 64KiB) and frame head included, so "
+                    "max_payload is at most 16MiB - 64KiB = " +
+                    std::to_string(limit) + " bytes (" + core::format_size(limit) +
+                    "): lower source.max_payload");
+        return;
+    }
+    max_payload_bytes = value;
+}
+
 void read_outbox(Checker& c, const Section& upstream, OutboxConfig& outbox) {
     Section s = c.section(*upstream, upstream.pointer, "outbox",
                           R"({"max_bytes": "256MiB", "when_full": "drop_oldest"})",
@@ -202,7 +221,7 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
     read_client_id(c, s, source.client_id);
     read_credentials(c, s, source.username, source.password);
     source.tls = read_tls(c, s, source.uri);
-    c.read_size(*s, s.pointer, "max_payload", source.max_payload_bytes, 16, payload_bytes_limit);
+    read_max_payload(c, s, source.max_payload_bytes);
     c.read_choice(*s, s.pointer, "retained", source.accept_retained,
                   {{"skip", false}, {"ingest", true}});
     c.read_choice(*s, s.pointer, "clock", source.clock_trust,

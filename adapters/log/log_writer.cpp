@@ -302,12 +302,12 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
     std::unique_lock lock(mutex_);
     if (poisoned_) return fail(*poisoned_);
     if (topic_bytes > topic_bytes_max ||
-        topic_bytes + payload.size() > record_body_bytes_max - 32) {
+        topic_bytes + payload.size() > record_topic_payload_bytes_max) {
         ++counters_.append_errors;
         return fail("log: record too large (topic " + std::to_string(topic_bytes) +
                     " bytes, payload " + std::to_string(payload.size()) + " bytes; limits " +
                     std::to_string(topic_bytes_max) + " and " +
-                    std::to_string(record_body_bytes_max - 32) + " bytes per record)");
+                    std::to_string(record_topic_payload_bytes_max) + " bytes per record)");
     }
     // A clock that steps back does not move the log's time back (nor before the segment's base).
     if (last_ingest_ms_ != ingest_ms_unknown) ingest_ms = std::max(ingest_ms, last_ingest_ms_);

@@ -104,6 +104,12 @@ inline constexpr uint64_t anchor_interval_bytes = uint64_t{4} << 20;
 inline constexpr uint64_t topic_ids_max = 1u << 16;
 inline constexpr uint64_t topic_dictionary_bytes_max = uint64_t{4} << 20;
 inline constexpr uint64_t record_body_bytes_max = uint64_t{16} << 20;
+/// What append() takes of topic and payload together: the body less its head, with room to
+/// spare (a compact head is at most compact_body_head_bytes_max).
+inline constexpr uint64_t record_topic_payload_bytes_max = record_body_bytes_max - 32;
+static_assert(record_topic_payload_bytes_max + compact_body_head_bytes_max <=
+                  record_body_bytes_max &&
+              record_topic_payload_bytes_max + 11 <= record_body_bytes_max);  // 11: a full head
 inline constexpr uint64_t topic_bytes_max = 65535;
 /// A malformed record keeps at most this much of the payload: enough to see what was wrong,
 /// while a flood of oversized junk cannot fill the log at full size.
