@@ -4,6 +4,7 @@
 #include <string>
 
 #include "adapters/log/log_writer.h"
+#include "adapters/log/record.h"
 #include "adapters/mqtt/redelivery_filter.h"
 #include "firmware/processor.h"
 #include "firmware/service_parts.h"
@@ -23,6 +24,11 @@ LogAppender::LogAppender(const config::Config& config, ServiceParts& parts,
                          const core::Clock& clock)
     : config_(config), parts_(parts), clock_(clock), last_append_steady_ms_(clock.steady_ms()) {}
 
+// The config's bound on max_payload and the log's on a record agree, to within the frame head
+// that handle() checks exactly (a payload within max_payload on a topic near 64 KiB).
+static_assert(config::SourceConfig::max_payload_bytes_limit + log::topic_bytes_max <=
+              log::record_body_bytes_max + 1);
+
 bool LogAppender::mark_resumed(uint64_t connection) {
     if (connection == resumed_for_) return true;
     auto ok = parts_.log().append(log::RecordType::tick, clock_.wall_ms(), ingest_resumed_tick, {});
@@ -30,6 +36,7 @@ bool LogAppender::mark_resumed(uint64_t connection) {
         parts_.append_failed(ok.error().message);
         return false;
     }
+    parts_.append_succeeded();
     resumed_for_ = connection;
     return true;
 }
@@ -50,18 +57,28 @@ mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
     }
     const uint64_t payload_max = config_.source.max_payload_bytes;
     Result<uint64_t> appended;
-    if (m.payload.size() > payload_max) {
+    // A record the log cannot hold is not a passing failure: it is kept as malformed, never
+    // refused (a refusal would have the broker send it again for ever).
+    if (m.payload.size() > payload_max ||
+        m.topic.size() + m.payload.size() > log::record_topic_payload_bytes_max) {
         // Kept for inspection with its reason; counted by every pipeline it matches.
         // MQTT topics are at most 65535 bytes, like the log's topic field, which the
         // reason shares: the topic is cut to leave the reason room.
-        const std::string reason = "oversized: " + std::to_string(m.payload.size()) +
-                                   " bytes > max_payload " + std::to_string(payload_max);
+        const std::string reason =
+            m.payload.size() > payload_max
+                ? "oversized: " + std::to_string(m.payload.size()) + " bytes > max_payload " +
+                      std::to_string(payload_max)
+                : "oversized: topic " + std::to_string(m.topic.size()) + " + payload " +
+                      std::to_string(m.payload.size()) + " bytes > the log's " +
+                      std::to_string(log::record_topic_payload_bytes_max) + " per record";
         appended = parts_.log().append_malformed(
             now, reason, m.topic.substr(0, log::topic_bytes_max - reason.size() - 1), m.payload);
     } else {
         appended = parts_.log().append(log::RecordType::message, now, m.topic, m.payload);
     }
-    if (appended) filter.remember(m.packet_id, m.topic, m.payload);
+    // A QoS0 message is never redelivered: in the window it would break the run of the QoS1
+    // redeliveries around it (RedeliveryFilter, "Operation").
+    if (appended && m.qos > 0) filter.remember(m.packet_id, m.topic, m.payload);
     if (!appended) {
         parts_.append_failed(appended.error().message);
         return mqtt::HandleResult::retry_later;

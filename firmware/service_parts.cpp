@@ -110,6 +110,12 @@ void ServiceParts::append_failed(const std::string& message) {
 void ServiceParts::append_succeeded() {
     impl_->alarms.append_succeeded();
 }
+bool ServiceParts::append_failing() const {
+    return impl_->alarms.append_failing();
+}
+uint64_t ServiceParts::append_errors() const {
+    return impl_->alarms.append_errors();
+}
 bool ServiceParts::disk_full() const {
     return impl_->alarms.disk_full();
 }
@@ -190,7 +196,8 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.last_reload = m.last_reload;
     f.ingest = ingest;
     f.ingest_counters = {m.redeliveries_skipped.load(), m.alarms.append_errors(),
-                         m.alarms.ingest_paused(), host.processor().malformed_records()};
+                         m.alarms.ingest_paused() || m.alarms.append_failing(),
+                         host.processor().malformed_records()};
     f.log = host.log().stats();
     f.reader = host.reader().stats();
     f.engine_offset = host.consumed_offset();
