@@ -53,6 +53,7 @@ struct ServiceParts::Impl {
     // moved with rows in flight: for upstream_stalled. Engine thread only.
     std::optional<ReloadFigures> last_reload;
     uint64_t upstream_acks_seen = 0;
+    std::vector<std::string> alarms_published;  // the alarms of the last refresh
     int64_t upstream_acks_since_ms = 0;
 
     mutable std::mutex health_mutex;
@@ -222,9 +223,17 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.alarms = alarms.alarms;
     std::string text = health_record_json(f);
     std::string status = firmware::status_line(alarms.alarms, m.forwarder.get());
-    std::lock_guard<std::mutex> lk(m.health_mutex);
-    m.health_json = std::move(text);
-    m.status = std::move(status);
+    {
+        std::lock_guard<std::mutex> lk(m.health_mutex);
+        m.health_json = std::move(text);
+        m.status = std::move(status);
+    }
+    // A raised or cleared alarm goes out now, not at the next health interval (DESIGN.md
+    // section 5: on the health topic within one interval, and refresh comes every second).
+    if (alarms.alarms != m.alarms_published) {
+        m.alarms_published = alarms.alarms;
+        if (m.health) m.health->publish_now();
+    }
 }
 
 std::string ServiceParts::health_json() const {

@@ -68,6 +68,8 @@ class HealthPublisher::Impl {
         return stats_;
     }
 
+    void publish_now() { publish_now_.store(true); }
+
   private:
     // libmosquitto's callbacks run inside mosquitto_loop() on the publisher's thread.
     static void on_connect(mosquitto*, void* self, int rc) {
@@ -123,7 +125,8 @@ class HealthPublisher::Impl {
     // Works the socket until the clock reaches `deadline_ms`, stop() or a lost link; true when
     // stopping. In slices, so that a clock stepped by a test takes effect within one.
     bool wait_until(int64_t deadline_ms) {
-        for (int64_t left_ms = deadline_ms - clock_.steady_ms(); left_ms > 0 && !link_lost_;
+        for (int64_t left_ms = deadline_ms - clock_.steady_ms();
+             left_ms > 0 && !link_lost_ && !publish_now_.load();
              left_ms = deadline_ms - clock_.steady_ms()) {
             if (stopping_.load()) return true;
             loop_once(std::min(left_ms, wait_slice_ms));
@@ -161,7 +164,7 @@ class HealthPublisher::Impl {
                 next_publish_ms = clock_.steady_ms();  // a fresh snapshot after (re)connecting
             }
             const int64_t now_ms = clock_.steady_ms();
-            if (now_ms >= next_publish_ms) {
+            if (publish_now_.exchange(false) || now_ms >= next_publish_ms) {
                 publish_snapshot();
                 next_publish_ms += options_.interval_ms;
                 if (next_publish_ms < now_ms) next_publish_ms = now_ms + options_.interval_ms;
@@ -276,6 +279,7 @@ class HealthPublisher::Impl {
     const std::function<std::string()> snapshot_;
     std::thread thread_;
     std::atomic<bool> stopping_{false};
+    std::atomic<bool> publish_now_{false};
 
     // The publisher's thread only (callbacks included).
     mosquitto* mosq_ = nullptr;
@@ -321,6 +325,9 @@ void HealthPublisher::stop(std::chrono::milliseconds timeout) {
 }
 HealthStats HealthPublisher::stats() const {
     return impl_->stats();
+}
+void HealthPublisher::publish_now() {
+    impl_->publish_now();
 }
 
 }  // namespace tidemark::mqtt

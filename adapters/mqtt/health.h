@@ -71,6 +71,9 @@ class HealthPublisher {
     Result<void> start();
     /// Publishes `offline` and disconnects, within `timeout`.
     void stop(std::chrono::milliseconds timeout);
+    /// Publishes a snapshot now rather than at the next interval (an alarm was raised or
+    /// cleared): within 100 ms, unless the previous one is still unacknowledged. Any thread.
+    void publish_now();
     HealthStats stats() const;
 
     class Impl;
