@@ -95,6 +95,7 @@ lmdb::StoreOptions store_options(const config::Config& config) {
     so.dir = config.data_dir + "/state";
     so.map_size_bytes = config.storage.map_size_bytes;
     so.read_only = false;
+    so.side_bytes_max = config::side_bytes_max(config.storage.map_size_bytes);  // as budgeted
     so.compact_superseded = config::UpstreamConfig{}.compact_superseded;
     if (config.upstream) {
         so.outbox_bytes_max = config.upstream->outbox.max_bytes;
