@@ -149,6 +149,9 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData5* 
 
 void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData5* response) {
     auto* s = static_cast<State*>(context);
+    // Not a refusal: the connection went (a cut, a loss: on_connection_lost reconnects) or the
+    // client is being stopped before the SUBACK came.
+    if (response != nullptr && response->code == MQTTASYNC_OPERATION_INCOMPLETE) return;
     const int code = response == nullptr ? 0
                      : response->reasonCode != MQTTREASONCODE_SUCCESS
                          ? static_cast<int>(response->reasonCode)
@@ -245,15 +248,19 @@ void Ingest::State::supervise() {
         if (changed.wait_for(lock, reconnect_delay(std::min(waits, 32)),
                              [this] { return stopping; }))
             return;
+        // Cleared before the attempt, not after it: a connection lost while connect_once() is
+        // still returning (a message refused at once, cut in its callback) asks again, and
+        // clearing the flag after a successful connect would forget that loss for good.
+        need_reconnect = false;
         lock.unlock();
         auto connected_now = connect_once();
         lock.lock();
         if (connected_now) {
-            need_reconnect = false;
             failures = 0;
             reconnects.fetch_add(1, std::memory_order_relaxed);
             spdlog::info("{}: reconnected to {}", options.config_name, address);
         } else {
+            need_reconnect = !stopping;
             ++failures;
             connect_failures.fetch_add(1, std::memory_order_relaxed);
             spdlog::warn("{}: {}; next attempt in {} ms", options.config_name,
