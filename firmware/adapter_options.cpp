@@ -1,6 +1,7 @@
 #include "firmware/adapter_options.h"
 
 #include "adapters/codec/topic.h"
+#include "adapters/log/record.h"
 #include "core/result.h"
 
 namespace tidemark::firmware {
@@ -20,6 +21,26 @@ mqtt::BrokerOptions source_broker_options(const config::Config& config) {
     }
     b.config_name = "source";
     return b;
+}
+
+namespace {
+
+// What an MQTT 5 PUBLISH holds beside its payload: the fixed header (1 + up to 4 bytes), the
+// topic (2 + up to topic_bytes_max), the packet id (2) and the properties (a varint and what
+// the publisher attached). 1 KiB covers the headers and ordinary properties; a publisher whose
+// properties are larger sees its messages dropped for us by the broker (OPERATIONS.md).
+constexpr uint64_t publish_overhead_bytes = log::topic_bytes_max + 2 + 1024;
+
+}  // namespace
+
+mqtt::IngestOptions ingest_options(const config::Config& config) {
+    mqtt::IngestOptions io;
+    io.accept_retained = config.source.accept_retained;
+    const uint64_t packet = config.source.max_payload_bytes + publish_overhead_bytes;
+    static_assert(config::SourceConfig::max_payload_bytes_limit + publish_overhead_bytes <
+                  (uint64_t{1} << 28));  // MQTT's own limit: a 4-byte remaining length
+    io.packet_bytes_max = static_cast<uint32_t>(packet);
+    return io;
 }
 
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
@@ -74,6 +95,8 @@ lmdb::StoreOptions store_options(const config::Config& config) {
     so.dir = config.data_dir + "/state";
     so.map_size_bytes = config.storage.map_size_bytes;
     so.read_only = false;
+    so.side_bytes_max = config::side_bytes_max(config.storage.map_size_bytes);  // as budgeted
+    so.compact_superseded = config::UpstreamConfig{}.compact_superseded;
     if (config.upstream) {
         so.outbox_bytes_max = config.upstream->outbox.max_bytes;
         so.outbox_when_full = config.upstream->outbox.when_full == config::WhenFull::pause_ingest

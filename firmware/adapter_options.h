@@ -9,17 +9,25 @@
 #include "adapters/mqtt/client_options.h"
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/health.h"
+#include "adapters/mqtt/ingest.h"
 #include "core/clock.h"
 
 namespace tidemark::firmware {
 
 mqtt::BrokerOptions source_broker_options(const config::Config& config);
+/// Ingest's options: retained messages as source.retained says, and the largest MQTT packet the
+/// broker may send us (CONNECT's Maximum Packet Size): source.max_payload plus room for the
+/// longest topic and the packet's headers and properties. A message between max_payload and
+/// that is read and kept as malformed; a larger one the broker drops for us (OPERATIONS.md).
+mqtt::IngestOptions ingest_options(const config::Config& config);
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
 
 /// The log under data_dir/log, with the configured fsync policy, segment size and retention.
 log::LogOptions log_options(const config::Config& config);
 /// The service's read-write store under data_dir/state, with the outbox bounds of `upstream`
-/// (the store's defaults when there is no upstream: rows then only wait to be inspected).
+/// (the store's defaults when there is no upstream: rows then only wait to be inspected) and
+/// compaction as the config says, with or without upstream: a node that compacted while it had
+/// no upstream would forward only the latest revisions once it has one.
 lmdb::StoreOptions store_options(const config::Config& config);
 /// Needs config.upstream. `clock` must outlive the forwarder.
 mqtt::ForwarderOptions forwarder_options(const config::Config& config, const core::Clock& clock);

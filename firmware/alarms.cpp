@@ -50,9 +50,18 @@ void Alarms::set_clock(const ClockStatus& status) {
     clock_ = status;
 }
 
+namespace {
+
+bool says_disk_full(const std::string& append_error) {
+    return append_error.find(std::strerror(ENOSPC)) != std::string::npos ||
+           append_error.find(std::strerror(EDQUOT)) != std::string::npos;
+}
+
+}  // namespace
+
 bool Alarms::disk_full() const {
     std::lock_guard<std::mutex> lk(mutex_);
-    return outbox_ == "disk_full" || append_error_.find(std::strerror(ENOSPC)) != std::string::npos;
+    return outbox_ == "disk_full" || says_disk_full(append_error_);
 }
 
 Alarms::Snapshot Alarms::snapshot() const {
@@ -60,6 +69,8 @@ Alarms::Snapshot Alarms::snapshot() const {
     Snapshot s;
     s.clock = clock_;
     if (!outbox_.empty()) s.alarms.push_back(outbox_);
+    // The one name for a full disk, whichever write found it first (alerts match on it).
+    if (outbox_ != "disk_full" && says_disk_full(append_error_)) s.alarms.push_back("disk_full");
     if (!checkpoint_.empty()) s.alarms.push_back(checkpoint_);
     if (!clock_.trusted) s.alarms.push_back("clock_unsynchronised");
     if (!append_error_.empty()) s.alarms.push_back("log_append_failed: " + append_error_);

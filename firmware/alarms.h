@@ -14,7 +14,8 @@ namespace tidemark::firmware {
 
 /// Operation: the outbox alarm (outbox_full | map_full | disk_full) pauses ingest while it
 /// lasts; the checkpoint alarm stays until a checkpoint commits; the append alarm until an
-/// append succeeds; the clock's state is the one refresh_clock() read last. Each change is
+/// append succeeds (it pauses ingest too, and a full disk under the log shows as disk_full
+/// beside it); the clock's state is the one refresh_clock() read last. Each change is
 /// said once in the journal, not once per attempt.
 /// Concurrency: any thread. ingest_paused() and append_succeeded() are lock-free when nothing
 /// changed, because the ingest callback calls them for every message.
@@ -29,6 +30,9 @@ class Alarms {
     void append_failed(const std::string& message);
     /// Clears the append alarm after a failure; cheap when there was none.
     void append_succeeded();
+    /// A log append failed and none has succeeded since: ingest stays paused (the run loop
+    /// stops it and tries again when the disk has room).
+    bool append_failing() const { return append_alarm_.load(); }
     uint64_t append_errors() const { return append_errors_.load(); }
     void set_clock(const ClockStatus& status);
     /// Whether a log append or the outbox reports a full disk.

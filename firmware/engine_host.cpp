@@ -6,6 +6,7 @@
 
 #include "adapters/log/segment_files.h"
 #include "firmware/adapter_options.h"
+#include "firmware/log_appender.h"
 
 namespace tidemark::firmware {
 
@@ -310,8 +311,15 @@ Result<void> EngineHost::seed_redelivery_filter() {
             auto next = (*tail_reader)->next(rec, writer_->end_offset());
             if (!next) return std::unexpected(next.error());
             if (!*next) break;
-            if (rec.type != log::RecordType::message) continue;
-            tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
+            // What the appender remembered live: every message and malformed record of a
+            // message the broker may send again (not QoS0, not ticks), by what the log keeps.
+            if (!rec.redeliverable || rec.type == log::RecordType::tick) continue;
+            if (rec.type == log::RecordType::malformed) {
+                tail.emplace_back(malformed_filter_topic(rec.reason, rec.topic),
+                                  std::string(rec.payload));
+            } else {
+                tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
+            }
             if (tail.size() > want) tail.pop_front();
         }
         if (tail.size() >= want || first == 0) break;

@@ -132,6 +132,7 @@ json ingest_report(const mqtt::Ingest* ingest) {
     in["duplicates_flagged"] = is.duplicates;
     in["reconnects"] = is.reconnects;
     in["retries"] = is.handler_retries;
+    in["connections_cut"] = is.connections_cut;
     in["retained_skipped"] = is.retained_skipped;
     in["last_error"] = is.last_error;
     return in;

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "adapters/config/config.h"
@@ -16,6 +18,12 @@
 namespace tidemark::firmware {
 
 class ServiceParts;
+
+/// The topic the redelivery filter knows a malformed record by: its topic field as the log
+/// keeps it (reason, separator, the topic as cut), with the payload prefix the log keeps
+/// (log::malformed_payload_bytes_max). The same live (LogAppender) and when the filter is seeded
+/// from the log after a restart (EngineHost).
+std::string malformed_filter_topic(std::string_view reason, std::string_view topic);
 
 /// Operation: handle() is ingest's handler: a redelivered duplicate is skipped, an oversized
 /// payload is kept as a malformed record with its reason, anything else is appended as a

@@ -1,6 +1,8 @@
 #include "firmware/runtime.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -50,6 +52,13 @@ constexpr auto recovery_timeout_extension = std::chrono::minutes(10);
 constexpr auto recovery_wait_extension = std::chrono::minutes(1);
 // The first ingest retry after a failed connect waits 1 s (twice this), doubling to 30 s.
 constexpr auto ingest_retry_delay_min = std::chrono::milliseconds(500);
+// Ingest stopped by a failed log append starts again once the disk has room (log_has_room)
+// and this long has passed: 1 s, doubling (while the appends still fail) to 30 s, so that a
+// disk that statvfs says has room but still refuses costs one message read per 30 s.
+constexpr auto append_retry_delay_min = std::chrono::milliseconds(1000);
+constexpr auto append_retry_delay_max = std::chrono::milliseconds(30'000);
+// Room beside the largest message for a new segment's anchor and the LMDB commit after it.
+constexpr uint64_t disk_room_margin_bytes = uint64_t{1} << 20;
 // How long a start waits for the gateway broker's CONNACK before it retries in the background,
 // and how long a stop gives ingest to disconnect.
 constexpr auto ingest_connect_timeout = std::chrono::seconds(5);
@@ -86,6 +95,9 @@ class Service {
     // Reads the config again (SIGHUP); a new set of topic filters reconnects ingest.
     Result<void> reload();
     std::vector<std::string> topic_filters() const;
+    // Whether the log's file system has room for the largest message and what follows it (a
+    // new segment, the outbox commit): ingest stopped by a failed append starts again then.
+    bool log_has_room() const;
     void poll_disk_and_clock(int64_t now);
     void refresh_health_if_due(int64_t now);
     // Steps the engine until the log is processed to its end, at most shutdown_drain_steps_max.
@@ -109,6 +121,8 @@ class Service {
     bool ingest_started_ = false;
     int ingest_failures_ = 0;
     int64_t ingest_retry_ms_ = 0;
+    uint64_t append_errors_at_start_ = 0;  // the appender's failures when ingest last started
+    int append_retries_ = 0;               // ingest starts that a failed append stopped again
     int64_t next_checkpoint_ms_ = 0;
     int64_t next_health_ms_ = 0;
     int64_t next_clock_ms_ = 0;
@@ -169,22 +183,22 @@ Result<bool> Service::open_and_recover() {
     return true;
 }
 
-// Paho C runs every client of the process on one receive thread: holding a message in the
-// callback would stall the forwarder that drains the outbox. So a full outbox pauses ingest by
-// disconnecting it (the broker keeps the persistent session's messages) rather than by holding
-// a message; only a log append that fails (disk full) holds one, briefly.
+// Paho C runs the callbacks of every client in the process under one mutex, so nothing here
+// holds a message in ingest's callback: a full outbox pauses ingest by disconnecting it (the
+// broker keeps the persistent session's messages), and a log append that fails has the
+// callback cut the connection unacknowledged (mqtt/ingest.h) and the loop stop ingest until
+// the disk has room (poll_ingest).
 Result<std::unique_ptr<mqtt::Ingest>> Service::make_ingest() {
-    mqtt::IngestOptions io;
-    io.accept_retained = config_.source.accept_retained;
     return mqtt::Ingest::create(
         source_broker_options(config_), filters_,
         [appender = appender_.get()](const mqtt::IncomingMessage& m) {
             return appender->handle(m);
         },
-        io);
+        ingest_options(config_));
 }
 
 void Service::try_start_ingest() {
+    append_errors_at_start_ = parts_->append_errors();
     auto started = ingest_->start(ingest_connect_timeout);
     if (started) {
         ingest_started_ = true;
@@ -245,26 +259,53 @@ Result<void> Service::reload() {
 
 Result<void> Service::poll_ingest() {
     ServiceParts& sp = *parts_;
-    if (sp.ingest_paused() && ingest_started_) {
+    const int64_t now = clock_.steady_ms();
+    const bool outbox_paused = sp.ingest_paused();
+    // An append failed since ingest started (the handler refused the message, the connection
+    // was cut): stop it, or every reconnect would read a message only to refuse it.
+    const bool append_failed = sp.append_failing() && sp.append_errors() != append_errors_at_start_;
+    if (ingest_started_ && (outbox_paused || append_failed)) {
         stop_ingest();
         auto ingest = make_ingest();
         if (!ingest) return std::unexpected(ingest.error());
         ingest_ = std::move(*ingest);
         ingest_started_ = false;
-        spdlog::warn("ingest paused: the outbox cannot take more results");
+        if (outbox_paused) {
+            spdlog::warn("ingest paused: the outbox cannot take more results");
+        } else {
+            ingest_retry_ms_ =
+                now + mqtt::reconnect_delay(append_retries_++, append_retry_delay_min,
+                                            append_retry_delay_max)
+                          .count();
+            spdlog::warn(
+                "ingest paused: the log cannot take more messages; it resumes when {} "
+                "has room",
+                config_.data_dir);
+        }
     }
-    if (!ingest_started_ && !sp.ingest_paused() && clock_.steady_ms() >= ingest_retry_ms_)
+    if (!sp.append_failing()) append_retries_ = 0;
+    if (!ingest_started_ && !outbox_paused && now >= ingest_retry_ms_ &&
+        (!sp.append_failing() || log_has_room()))
         try_start_ingest();
     const bool live = ingest_started_ && !sp.ingest_paused() && ingest_->connected();
     appender_->set_live(live, live ? ingest_->connection() : 0);
     return {};
 }
 
+bool Service::log_has_room() const {
+    struct statvfs fs {};
+    if (::statvfs((config_.data_dir + "/log").c_str(), &fs) != 0)
+        return true;  // let the append say
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    return free_bytes >= config_.source.max_payload_bytes + disk_room_margin_bytes &&
+           (fs.f_files == 0 || fs.f_favail > 0);  // a new segment needs an inode
+}
+
 void Service::poll_disk_and_clock(int64_t now) {
     ServiceParts& sp = *parts_;
     if (now >= next_trim_ms_ && sp.disk_full()) {
-        // Retention first frees what replay alone needs; then back-pressure (ingest holds
-        // the message, the outbox waits) until the disk has room again.
+        // Retention first frees what replay alone needs; then back-pressure (ingest stopped,
+        // the outbox waits) until the disk has room again.
         next_trim_ms_ = now + disk_full_trim_interval_ms;
         sp.trim_for_disk_full();
     }

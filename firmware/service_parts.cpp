@@ -53,6 +53,7 @@ struct ServiceParts::Impl {
     // moved with rows in flight: for upstream_stalled. Engine thread only.
     std::optional<ReloadFigures> last_reload;
     uint64_t upstream_acks_seen = 0;
+    std::vector<std::string> alarms_published;  // the alarms of the last refresh
     int64_t upstream_acks_since_ms = 0;
 
     mutable std::mutex health_mutex;
@@ -109,6 +110,12 @@ void ServiceParts::append_failed(const std::string& message) {
 }
 void ServiceParts::append_succeeded() {
     impl_->alarms.append_succeeded();
+}
+bool ServiceParts::append_failing() const {
+    return impl_->alarms.append_failing();
+}
+uint64_t ServiceParts::append_errors() const {
+    return impl_->alarms.append_errors();
 }
 bool ServiceParts::disk_full() const {
     return impl_->alarms.disk_full();
@@ -190,7 +197,8 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.last_reload = m.last_reload;
     f.ingest = ingest;
     f.ingest_counters = {m.redeliveries_skipped.load(), m.alarms.append_errors(),
-                         m.alarms.ingest_paused(), host.processor().malformed_records()};
+                         m.alarms.ingest_paused() || m.alarms.append_failing(),
+                         host.processor().malformed_records()};
     f.log = host.log().stats();
     f.reader = host.reader().stats();
     f.engine_offset = host.consumed_offset();
@@ -215,9 +223,17 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.alarms = alarms.alarms;
     std::string text = health_record_json(f);
     std::string status = firmware::status_line(alarms.alarms, m.forwarder.get());
-    std::lock_guard<std::mutex> lk(m.health_mutex);
-    m.health_json = std::move(text);
-    m.status = std::move(status);
+    {
+        std::lock_guard<std::mutex> lk(m.health_mutex);
+        m.health_json = std::move(text);
+        m.status = std::move(status);
+    }
+    // A raised or cleared alarm goes out now, not at the next health interval (DESIGN.md
+    // section 5: on the health topic within one interval, and refresh comes every second).
+    if (alarms.alarms != m.alarms_published) {
+        m.alarms_published = alarms.alarms;
+        if (m.health) m.health->publish_now();
+    }
 }
 
 std::string ServiceParts::health_json() const {

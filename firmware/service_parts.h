@@ -26,8 +26,8 @@ class Notifier;
 /// ingest while the outbox, the map or the disk is full (retry_later: the broker keeps the
 /// messages), and nothing is checkpointed past emissions that are not in the outbox.
 /// Concurrency: everything but log(), redelivery_filter(), ingest_paused(),
-/// count_redelivery_skipped(), append_failed(), append_succeeded() and health_json() runs on
-/// the engine thread. The ingest callback uses those.
+/// count_redelivery_skipped(), append_failed(), append_succeeded(), append_failing(),
+/// append_errors() and health_json() runs on the engine thread. The ingest callback uses those.
 class ServiceParts {
   public:
     /// `clock` must outlive the parts; it is what every part reads time through.
@@ -63,6 +63,10 @@ class ServiceParts {
     void append_failed(const std::string& message);
     /// Clears the append alarm after a failure; cheap when there was none.
     void append_succeeded();
+    /// A log append failed and none has succeeded since (Alarms::append_failing).
+    bool append_failing() const;
+    /// Failed log appends so far.
+    uint64_t append_errors() const;
 
     /// The disk is full (a log append or an LMDB write said so): log segments before the last
     /// checkpoint go now, whatever their age (they are needed only by replay and backfill).

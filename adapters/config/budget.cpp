@@ -93,7 +93,8 @@ void check_key_budget(Checker& c, const PipelineConfig& pipeline, const std::str
                 ": raise max_open_windows or lower max_keys");
 }
 
-void check_map_budget(Checker& c, const Config& config, const std::vector<bool>& pipeline_ok) {
+void check_map_budget(Checker& c, const Config& config, const std::vector<bool>& pipeline_ok,
+                      bool with_outbox) {
     uint64_t total = 0;
     bool overflow = false;
     std::vector<std::string> terms;
@@ -130,15 +131,54 @@ void check_map_budget(Checker& c, const Config& config, const std::vector<bool>&
     uint64_t doubled = 0;
     overflow |= __builtin_add_overflow(total, largest, &doubled);
     const uint64_t three_quarters = config.storage.map_size_bytes / 4 * 3;
-    if (!overflow && doubled <= three_quarters) return;
+    if (overflow || doubled > three_quarters) {
+        c.error("/storage/map_size",
+                "while the largest pipeline backfills a new version, the pipelines' state can "
+                "reach " +
+                    total_text(total) + " + " + std::to_string(largest) +
+                    " bytes (its second version) = " + total_text(doubled) +
+                    ", more than three quarters of storage.map_size " +
+                    core::format_size(config.storage.map_size_bytes) +
+                    ": raise storage.map_size or lower limits.max_open_windows");
+        return;
+    }
+    if (with_outbox) {
+        check_map_sum(c, config, total, largest);
+    }
+}
+
+// Everything the map holds at its fullest, together: each share alone fitting is not enough.
+// With the upstream down the outbox grows to its bound while the state is at its own; were
+// their sum more than the map, the map would fill first: map_full pauses ingest, and
+// drop_oldest (or pause_ingest at the outbox's bound) never comes into play.
+void check_map_sum(Checker& c, const Config& config, uint64_t state_bytes, uint64_t largest_bytes) {
+    const uint64_t map = config.storage.map_size_bytes;
+    const uint64_t outbox = config.upstream ? config.upstream->outbox.max_bytes : 0;
+    const uint64_t side = side_bytes_max(map);
+    const uint64_t reserve = map_reserve_bytes(map);
+    // Bounded by the config's own ranges (state <= 3/4 of a map <= 1TiB, outbox <= 1TiB): no
+    // overflow.
+    const uint64_t sum =
+        state_bytes + largest_bytes + row_store_factor * outbox + row_store_factor * side + reserve;
+    if (sum <= map) return;
+    std::string terms = "the pipelines' state " + std::to_string(state_bytes) + " bytes + " +
+                        std::to_string(largest_bytes) +
+                        " bytes (the largest pipeline's second version, while it backfills)";
+    if (outbox > 0) {
+        terms += " + " + std::to_string(row_store_factor) + " x " + core::format_size(outbox) +
+                 " (upstream.outbox.max_bytes: LMDB's pages and the outbox's indexes take about "
+                 "twice the rows' bytes)";
+    }
+    terms += " + " + std::to_string(row_store_factor) + " x " + approx_size(side) +
+             " (side output: 16MiB, or a 16th of a smaller map) + " + approx_size(reserve) +
+             " (LMDB's reserve for deletes: a 32nd of the map)";
     c.error("/storage/map_size",
-            "while the largest pipeline backfills a new version, the pipelines' state can "
-            "reach " +
-                total_text(total) + " + " + std::to_string(largest) +
-                " bytes (its second version) = " + total_text(doubled) +
-                ", more than three quarters of storage.map_size " +
-                core::format_size(config.storage.map_size_bytes) +
-                ": raise storage.map_size or lower limits.max_open_windows");
+            "the store holds at once " + terms + " = " + std::to_string(sum) + " bytes (" +
+                approx_size(sum) + "), more than storage.map_size " + core::format_size(map) +
+                ": the map would fill before the outbox reaches its bound, and map_full pauses "
+                "ingest; raise storage.map_size to at least " +
+                std::to_string(sum) +
+                " bytes, or lower upstream.outbox.max_bytes or limits.max_open_windows");
 }
 
 }  // namespace detail

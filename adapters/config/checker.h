@@ -177,6 +177,12 @@ void read_backfill_from(Checker& c, const Json& pipeline, const std::string& poi
                         PipelineConfig& out);
 void read_backfill_settings(Checker& c, const Json& root, BackfillConfig& out);
 void check_key_budget(Checker& c, const PipelineConfig& pipeline, const std::string& pointer);
-void check_map_budget(Checker& c, const Config& config, const std::vector<bool>& pipeline_ok);
+/// The pipelines' state against the map, then (with_outbox: the outbox's bound is trustworthy)
+/// everything together (check_map_sum).
+void check_map_budget(Checker& c, const Config& config, const std::vector<bool>& pipeline_ok,
+                      bool with_outbox);
+/// The pipelines' state + its largest pipeline again (the backfill's doubling) + the outbox's
+/// bound + side output, with LMDB's overhead and reserve, <= map_size (config.h says the parts).
+void check_map_sum(Checker& c, const Config& config, uint64_t state_bytes, uint64_t largest_bytes);
 
 }  // namespace tidemark::config::detail

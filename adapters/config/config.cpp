@@ -124,8 +124,15 @@ void read_checkpoint(Checker& c, const Json& root, CheckpointConfig& checkpoint)
     if (s) c.read_duration(*s, s.pointer, "interval", checkpoint.interval_ms, true);
 }
 
+bool has_error_at(const Checker& c, std::string_view pointer) {
+    return std::any_of(c.errors.begin(), c.errors.end(),
+                       [&](const ConfigError& e) { return e.pointer == pointer; });
+}
+
 void check_outbox_fits(Checker& c, const Config& config) {
-    if (!config.upstream ||
+    // A max_bytes already refused (below 1MiB, say) left the default in its place: comparing
+    // that with the map would be a second error, about a value nobody wrote.
+    if (!config.upstream || has_error_at(c, "/upstream/outbox/max_bytes") ||
         config.upstream->outbox.max_bytes <= config.storage.map_size_bytes / 2) {
         return;
     }
@@ -186,10 +193,11 @@ void read_pipelines(Checker& c, const Json& root, Config& config) {
         pipeline_ok.push_back(
             read_one_pipeline(c, (*pipelines)[i], child("/pipelines", i), config));
     }
-    // When map_size itself is wrong, a budget against the default would mislead.
-    bool map_size_bad = std::any_of(c.errors.begin(), c.errors.end(),
-                                    [](const auto& e) { return e.pointer == "/storage/map_size"; });
-    if (!map_size_bad) check_map_budget(c, config, pipeline_ok);
+    // When map_size itself is wrong, a budget against the default would mislead; so would a
+    // sum with an outbox bound that was refused (the default stands in for it).
+    if (has_error_at(c, "/storage/map_size")) return;
+    check_map_budget(c, config, pipeline_ok,
+                     /*with_outbox=*/!has_error_at(c, "/upstream/outbox/max_bytes"));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // refuses anything it does not understand, with every error at once.
 #pragma once
 
+#include <algorithm>
+
 #include <cstddef>
 #include <cstdint>
 #include <expected>
@@ -125,6 +127,9 @@ struct SourceConfig {
     std::string password;   // the contents of password_file, trailing newlines removed
     std::optional<TlsConfig> tls;
     uint64_t max_payload_bytes = 64ULL << 10;
+    /// The largest max_payload: the log holds a record of at most 16 MiB, topic (up to 64 KiB)
+    /// and frame head included (adapters/log/record.h; firmware checks the two agree).
+    static constexpr uint64_t max_payload_bytes_limit = (16ULL << 20) - (64ULL << 10);
     // Retained messages the broker resends on every subscribe: skipped (and counted) unless
     // the operator asks for them (true), since each resubscribe would ingest them again.
     bool accept_retained = false;
@@ -190,6 +195,22 @@ using ConfigResult = std::expected<Config, std::vector<ConfigError>>;
 /// Bytes of state each open window costs beyond its aggregates (keys, LMDB row and map overhead),
 /// in the map-size budget.
 inline constexpr uint64_t window_overhead_bytes = 64;
+
+/// The map's share of the store's other residents, as check-config sums them against
+/// storage.map_size (docs/CONFIG.md, "The map and the memory"):
+/// - side output is bounded at 16 MiB, or a 16th of a smaller map (firmware passes this to the
+///   store);
+/// - an outbox or side row costs LMDB about twice its bytes: its page, the id index and the
+///   window index of compaction (measured 1.76x for 250-byte results);
+/// - LMDB keeps a reserve that only deletes may use (adapters/lmdb/env.cpp): a 32nd of the
+///   map, 32 to 1024 pages of 4 KiB.
+inline constexpr uint64_t side_bytes_max(uint64_t map_size_bytes) {
+    return std::min<uint64_t>(uint64_t{16} << 20, map_size_bytes / 16);
+}
+inline constexpr uint64_t row_store_factor = 2;
+inline constexpr uint64_t map_reserve_bytes(uint64_t map_size_bytes) {
+    return std::clamp<uint64_t>(map_size_bytes / 32, 32 * 4096, 1024 * 4096);
+}
 
 /// Parses and validates a config file. Relative paths in it (data_dir, password_file, TLS
 /// files) resolve against the file's directory. Every error is reported, not only the first.

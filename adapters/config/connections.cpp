@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "adapters/config/checker.h"
+#include "core/duration.h"
 
 namespace tidemark::config {
 
@@ -60,7 +61,6 @@ namespace detail {
 namespace {
 
 constexpr size_t password_bytes_max = 4096;
-constexpr uint64_t payload_bytes_limit = 256ULL << 20;  // MQTT's maximum packet size
 
 }  // namespace
 
@@ -181,12 +181,51 @@ void read_credentials(Checker& c, const Section& s, std::string& username, std::
     }
 }
 
+bool is_loopback(const std::string& host) {
+    return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// A password over tcp:// crosses the network in clear (MQTT CONNECT carries it as is). Only to
+// this host's own broker, or when the operator says so in the config.
+void check_plaintext_password(Checker& c, const Section& s, const Endpoint& endpoint,
+                              const std::string& password) {
+    bool allowed = false;
+    c.read_bool(*s, s.pointer, "allow_plaintext_password", allowed);
+    if (password.empty() || endpoint.tls || endpoint.host.empty() || is_loopback(endpoint.host) ||
+        allowed)
+        return;
+    c.error(s.pointer + "/password_file",
+            "the password would go to " + endpoint.host +
+                " in clear text over tcp://: use an "
+                "ssl:// uri (with a tls section), or set \"allow_plaintext_password\": true in " +
+                s.pointer.substr(1) + " if the network to that broker is trusted");
+}
+
 void read_client_id(Checker& c, const Section& s, std::string& client_id) {
     c.read_string(*s, s.pointer, "client_id", client_id);
     if (client_id.empty()) c.error(s.pointer + "/client_id", "a client id cannot be empty");
 }
 
 namespace {
+
+// A payload the log cannot hold would be refused at every append, for ever: refused here, with
+// the arithmetic, rather than accepted up to MQTT's 256 MiB.
+void read_max_payload(Checker& c, const Section& s, uint64_t& max_payload_bytes) {
+    constexpr uint64_t limit = SourceConfig::max_payload_bytes_limit;
+    uint64_t value = 0;
+    if (!c.read_size(*s, s.pointer, "max_payload", value, 16, 256ULL << 20)) return;
+    if (value > limit) {
+        c.error(s.pointer + "/max_payload",
+                core::format_size(value) +
+                    " is more than the log can hold: a log record is at "
+                    "most 16MiB (16777216 bytes), topic (up to 64KiB) and frame head included, so "
+                    "max_payload is at most 16MiB - 64KiB = " +
+                    std::to_string(limit) + " bytes (" + core::format_size(limit) +
+                    "): lower source.max_payload");
+        return;
+    }
+    max_payload_bytes = value;
+}
 
 void read_outbox(Checker& c, const Section& upstream, OutboxConfig& outbox) {
     Section s = c.section(*upstream, upstream.pointer, "outbox",
@@ -204,8 +243,8 @@ void read_outbox(Checker& c, const Section& upstream, OutboxConfig& outbox) {
 void read_source(Checker& c, const Json& root, const std::string& node_id, SourceConfig& source) {
     Section s =
         c.section(root, "", "source", R"({"uri": "tcp://127.0.0.1:1883"})",
-                  {"uri", "client_id", "username", "password_file", "tls", "max_payload",
-                   "retained", "clock"},
+                  {"uri", "client_id", "username", "password_file", "allow_plaintext_password",
+                   "tls", "max_payload", "retained", "clock"},
                   R"(the gateway broker to read from, e.g. {"uri": "tcp://127.0.0.1:1883"})");
     if (!s) return;
     read_uri(c, s, "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"", source.uri,
@@ -213,8 +252,9 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
     source.client_id = "tidemark-" + node_id;
     read_client_id(c, s, source.client_id);
     read_credentials(c, s, source.username, source.password);
+    check_plaintext_password(c, s, source.endpoint, source.password);
     source.tls = read_tls(c, s, source.uri);
-    c.read_size(*s, s.pointer, "max_payload", source.max_payload_bytes, 16, payload_bytes_limit);
+    read_max_payload(c, s, source.max_payload_bytes);
     c.read_choice(*s, s.pointer, "retained", source.accept_retained,
                   {{"skip", false}, {"ingest", true}});
     c.read_choice(*s, s.pointer, "clock", source.clock_trust,
@@ -225,10 +265,10 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
 
 void read_upstream(Checker& c, const Json& root, const std::string& node_id,
                    std::optional<UpstreamConfig>& out) {
-    Section s =
-        c.section(root, "", "upstream", R"({"uri": "ssl://cloud.example:8883"})",
-                  {"uri", "client_id", "username", "password_file", "tls", "topic", "side_topic",
-                   "qos", "max_inflight", "outbox", "compact_superseded", "reconnect_max"});
+    Section s = c.section(root, "", "upstream", R"({"uri": "ssl://cloud.example:8883"})",
+                          {"uri", "client_id", "username", "password_file",
+                           "allow_plaintext_password", "tls", "topic", "side_topic", "qos",
+                           "max_inflight", "outbox", "compact_superseded", "reconnect_max"});
     if (!s) return;
     UpstreamConfig up;
     read_uri(c, s, "the broker results go to, e.g. \"ssl://cloud.example:8883\"", up.uri,
@@ -236,6 +276,7 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
     up.client_id = node_id;
     read_client_id(c, s, up.client_id);
     read_credentials(c, s, up.username, up.password);
+    check_plaintext_password(c, s, up.endpoint, up.password);
     up.tls = read_tls(c, s, up.uri);
     read_topic_template(c, s, "topic", up.topic, {"node_id", "pipeline", "key"});
     read_topic_template(c, s, "side_topic", up.side_topic, {"node_id", "pipeline", "key"});

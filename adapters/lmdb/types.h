@@ -55,7 +55,7 @@ struct StoreOptions {
     bool read_only = false;  // tidemark replay/inspect beside a running service
     uint64_t outbox_bytes_max = uint64_t{256} << 20;  // upstream.outbox.max_bytes
     WhenFull outbox_when_full = WhenFull::drop_oldest;
-    bool compact_superseded = true;                // upstream.compact_superseded
+    bool compact_superseded = false;               // upstream.compact_superseded (its default)
     uint64_t side_bytes_max = uint64_t{16} << 20;  // side output rows, oldest dropped beyond it
     unsigned readers_max = 32;  // concurrent read transactions over all processes (LMDB slots)
 };

@@ -278,22 +278,24 @@ Result<void> LogWriter::roll() {
 }
 
 Result<uint64_t> LogWriter::append(RecordType type, int64_t ingest_ms, std::string_view topic,
-                                   std::string_view payload) {
+                                   std::string_view payload, bool redeliverable) {
+    TM_ASSERT(redeliverable || type == RecordType::message);
     const std::string_view topic_parts[3] = {topic, {}, {}};
-    return append_frame(type, ingest_ms, topic_parts, payload);
+    return append_frame(type, ingest_ms, topic_parts, payload, redeliverable);
 }
 
 Result<uint64_t> LogWriter::append_malformed(int64_t ingest_ms, std::string_view reason,
-                                             std::string_view topic, std::string_view payload) {
+                                             std::string_view topic, std::string_view payload,
+                                             bool redeliverable) {
     TM_ASSERT(reason.find(malformed_reason_separator) == std::string_view::npos);
     static constexpr char separator[1] = {malformed_reason_separator};
     const std::string_view topic_parts[3] = {reason, std::string_view(separator, 1), topic};
-    return append_frame(RecordType::malformed, ingest_ms, topic_parts, payload);
+    return append_frame(RecordType::malformed, ingest_ms, topic_parts, payload, redeliverable);
 }
 
 Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
                                          const std::string_view (&topic_parts)[3],
-                                         std::string_view payload) {
+                                         std::string_view payload, bool redeliverable) {
     if (type == RecordType::malformed && payload.size() > malformed_payload_bytes_max) {
         payload = payload.substr(0, malformed_payload_bytes_max);
     }
@@ -302,12 +304,12 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
     std::unique_lock lock(mutex_);
     if (poisoned_) return fail(*poisoned_);
     if (topic_bytes > topic_bytes_max ||
-        topic_bytes + payload.size() > record_body_bytes_max - 32) {
+        topic_bytes + payload.size() > record_topic_payload_bytes_max) {
         ++counters_.append_errors;
         return fail("log: record too large (topic " + std::to_string(topic_bytes) +
                     " bytes, payload " + std::to_string(payload.size()) + " bytes; limits " +
                     std::to_string(topic_bytes_max) + " and " +
-                    std::to_string(record_body_bytes_max - 32) + " bytes per record)");
+                    std::to_string(record_topic_payload_bytes_max) + " bytes per record)");
     }
     // A clock that steps back does not move the log's time back (nor before the segment's base).
     if (last_ingest_ms_ != ingest_ms_unknown) ingest_ms = std::max(ingest_ms, last_ingest_ms_);
@@ -339,7 +341,7 @@ Result<uint64_t> LogWriter::append_frame(RecordType type, int64_t ingest_ms,
         }
         use.define = true;  // every topic is defined again after an anchor
     }
-    auto written = write_compact(type, ingest_ms, topic_parts, payload, use);
+    auto written = write_compact(type, ingest_ms, topic_parts, payload, use, redeliverable);
     if (!written) return std::unexpected(written.error());
     const uint64_t frame = *written;
     Segment& active = segments_.back();
@@ -420,8 +422,8 @@ uint64_t LogWriter::compact_frame_bytes(RecordType type, int64_t ingest_ms, uint
 // topic or payload. Returns the frame's size.
 Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
                                           const std::string_view (&topic_parts)[3],
-                                          std::string_view payload,
-                                          const TopicDictionary::Use& use) {
+                                          std::string_view payload, const TopicDictionary::Use& use,
+                                          bool redeliverable) {
     using core::bytes::put_varint;
     // Body head: type, ingest delta, then the topic id (and a definition's topic length) or the
     // inline topic field's length.
@@ -433,8 +435,11 @@ Result<uint64_t> LogWriter::write_compact(RecordType type, int64_t ingest_ms,
     const uint64_t delta = static_cast<uint64_t>(ingest_ms - dictionary_.base_ms());
     const bool message = type == RecordType::message;
     const bool carries_topic = !message || use.define;
-    body_head[n++] =
-        static_cast<char>(message ? (use.define ? 5 : 1) : (type == RecordType::tick ? 2 : 3));
+    // record.h's compact types: 1 ref, 5 def, 2 tick, 3 malformed; 6, 7, 8 for the records of
+    // a message that is never redelivered.
+    const int once = redeliverable ? 0 : 1;
+    body_head[n++] = static_cast<char>(message ? (use.define ? 5 + 2 * once : 1 + 5 * once)
+                                               : (type == RecordType::tick ? 2 : 3 + 5 * once));
     n += put_varint(body_head + n, delta);
     if (message) n += put_varint(body_head + n, use.id);
     if (carries_topic) n += put_varint(body_head + n, topic_bytes);

@@ -111,13 +111,16 @@ class LogWriter {
     /// Appends one record and returns its offset. With FsyncPolicy::always it is durable on
     /// return. On error nothing was appended and end_offset() is unchanged.
     /// For RecordType::malformed use append_malformed(), which keeps the reason apart.
+    /// `redeliverable` false (a message only): the broker never sends it again (QoS0); read
+    /// back with Record::redeliverable false.
     Result<uint64_t> append(RecordType type, int64_t ingest_ms, std::string_view topic,
-                            std::string_view payload);
+                            std::string_view payload, bool redeliverable = true);
     /// Appends a malformed record: why it was refused (no tab in it), the topic it came on and
     /// its payload, cut to malformed_payload_bytes_max. Reason, a separator and topic share the
     /// topic field, so together they are at most topic_bytes_max. As append() otherwise.
     Result<uint64_t> append_malformed(int64_t ingest_ms, std::string_view reason,
-                                      std::string_view topic, std::string_view payload);
+                                      std::string_view topic, std::string_view payload,
+                                      bool redeliverable = true);
     /// FsyncPolicy::interval: syncs when now_ms is fsync_interval_ms past the last sync made
     /// here (now_ms is the caller's clock; no clock is read inside). Returns whether it synced.
     /// A no-op for the other policies.
@@ -162,12 +165,13 @@ class LogWriter {
     // a malformed record; the topic alone otherwise).
     Result<uint64_t> append_frame(RecordType type, int64_t ingest_ms,
                                   const std::string_view (&topic_parts)[3],
-                                  std::string_view payload);
+                                  std::string_view payload, bool redeliverable);
     // mutex_ held from here on
     Result<void> write_anchor(int64_t ingest_ms);
     Result<uint64_t> write_compact(RecordType type, int64_t ingest_ms,
                                    const std::string_view (&topic_parts)[3],
-                                   std::string_view payload, const TopicDictionary::Use& use);
+                                   std::string_view payload, const TopicDictionary::Use& use,
+                                   bool redeliverable);
     uint64_t compact_frame_bytes(RecordType type, int64_t ingest_ms, uint64_t topic_bytes,
                                  uint64_t payload_bytes, const TopicDictionary::Use& use,
                                  bool after_anchor) const;

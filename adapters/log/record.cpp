@@ -13,6 +13,11 @@ enum : uint8_t {
     compact_malformed = 3,
     anchor_type = 4,
     compact_message_def = 5,
+    // As message_ref, message_def and malformed, of a message that is never redelivered.
+    compact_message_ref_once = 6,
+    compact_message_def_once = 7,
+    compact_malformed_once = 8,
+    compact_type_last = compact_malformed_once,
 };
 
 uint64_t load_le(const char* p, int n) {
@@ -83,6 +88,7 @@ FrameStatus decode_full(std::string_view bytes, uint64_t offset, Record& out,
     out.topic = body.substr(body_prefix_bytes, topic_bytes);
     out.payload = body.substr(body_prefix_bytes + topic_bytes);
     out.reason = {};
+    out.redeliverable = true;
     info = {};
     if (type == anchor_type) {
         // An anchor of another format, or with a topic, was written by a newer version.
@@ -161,7 +167,7 @@ std::optional<FrameHead> peek_frame_head(std::string_view bytes, const FrameCont
     if (bytes.size() <= length->length_bytes + 4) return std::nullopt;
     std::string_view body = bytes.substr(length->length_bytes + 4);
     const auto type = static_cast<unsigned char>(body[0]);
-    if (type < compact_message_ref || type > compact_message_def || type == anchor_type) {
+    if (type < compact_message_ref || type > compact_type_last || type == anchor_type) {
         return std::nullopt;
     }
     body.remove_prefix(1);
@@ -198,10 +204,12 @@ FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, ui
     out.ingest_ms = *ingest;
     out.reason = {};
     out.topic = {};
+    out.redeliverable = type < compact_message_ref_once;
     info = {};
     switch (type) {
         case compact_tick:
-        case compact_malformed: {
+        case compact_malformed:
+        case compact_malformed_once: {
             auto field = take_varint(rest, 3);
             if (!field || *field > topic_bytes_max || *field > rest.size()) {
                 return FrameStatus::bad_crc;
@@ -213,12 +221,14 @@ FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, ui
             return FrameStatus::ok;
         }
         case compact_message_ref:
-        case compact_message_def: {
+        case compact_message_def:
+        case compact_message_ref_once:
+        case compact_message_def_once: {
             auto id = take_varint(rest, 3);
             if (!id || *id == 0 || *id > topic_ids_max) return FrameStatus::bad_crc;
             out.type = RecordType::message;
             info.topic_id = static_cast<uint32_t>(*id);
-            if (type == compact_message_def) {
+            if (type == compact_message_def || type == compact_message_def_once) {
                 auto topic = take_varint(rest, 3);
                 if (!topic || *topic > topic_bytes_max || *topic > rest.size()) {
                     return FrameStatus::bad_crc;

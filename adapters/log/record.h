@@ -14,6 +14,9 @@
 //     malformed 3:    varint topic_field_bytes | topic field | payload (the dictionary is for
 //                     messages; a tick's topic and payload are empty)
 //     message_def 5:  varint topic_id | varint topic_bytes | topic | payload
+//     message_ref_once 6, message_def_once 7, malformed_once 8: as 1, 5 and 3, for a message the
+//                     broker never sends again (QoS0, "at most once"; since 2026-12-02): the
+//                     redelivery filter's seed leaves them out (Record::redeliverable)
 // varint: unsigned LEB128 (7 bits a byte, low first), canonical (no zero last byte after the
 // first). The topic dictionary is the segment's:
 // a message_def gives topic_id its topic for the rest of the segment (ids are never reused in
@@ -73,6 +76,10 @@ struct Record {
     std::string_view payload;
     /// A malformed record's reason ("oversized: ..."); empty for the other types.
     std::string_view reason;
+    /// False for a message (or malformed record) of a message the broker never sends again
+    /// (QoS0): no redelivery can repeat it. True for every record of a frame written before
+    /// 2026-12-02, and for ticks.
+    bool redeliverable = true;
 };
 
 /// The separator of reason and topic in a malformed record's topic field.
@@ -104,6 +111,12 @@ inline constexpr uint64_t anchor_interval_bytes = uint64_t{4} << 20;
 inline constexpr uint64_t topic_ids_max = 1u << 16;
 inline constexpr uint64_t topic_dictionary_bytes_max = uint64_t{4} << 20;
 inline constexpr uint64_t record_body_bytes_max = uint64_t{16} << 20;
+/// What append() takes of topic and payload together: the body less its head, with room to
+/// spare (a compact head is at most compact_body_head_bytes_max).
+inline constexpr uint64_t record_topic_payload_bytes_max = record_body_bytes_max - 32;
+static_assert(record_topic_payload_bytes_max + compact_body_head_bytes_max <=
+                  record_body_bytes_max &&
+              record_topic_payload_bytes_max + 11 <= record_body_bytes_max);  // 11: a full head
 inline constexpr uint64_t topic_bytes_max = 65535;
 /// A malformed record keeps at most this much of the payload: enough to see what was wrong,
 /// while a flood of oversized junk cannot fill the log at full size.

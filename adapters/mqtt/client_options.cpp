@@ -3,10 +3,7 @@
 #include <unistd.h>
 
 #include <MQTTAsync.h>
-#include <mqtt/connect_options.h>
-#include <mqtt/ssl_options.h>
 #include <algorithm>
-#include <exception>
 
 #include "adapters/mqtt/paho_options.h"
 
@@ -94,21 +91,31 @@ Result<void> validate(const BrokerOptions& options) {
     return {};
 }
 
-// ---- Paho: the one mapping of BrokerOptions onto its connect options, in its C and C++ forms.
-// The two must say the same: MQTT 3.1.1, clean session off, keep-alive, connect timeout,
-// in-flight window, no automatic reconnect, the credentials, and TLS that verifies the
-// broker's certificate and host name.
+// ---- Paho C: the one mapping of BrokerOptions onto its connect options (ingest).
 
-void fill_paho_connect(const BrokerOptions& options, PahoConnect& out) {
-    out.connect.MQTTVersion = MQTTVERSION_3_1_1;
+void fill_paho_connect(const BrokerOptions& options, uint32_t packet_bytes_max, PahoConnect& out) {
+    out.connect.MQTTVersion = MQTTVERSION_5;
     // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
-    // are away, and redelivers the ones we did not acknowledge.
-    out.connect.cleansession = 0;
+    // are away, and redelivers the ones we did not acknowledge. In MQTT 5 that takes both a
+    // clean start of 0 and a session expiry beyond the connection.
+    out.connect.cleansession = 0;  // MQTT 3.1.1 only: Paho refuses anything else with MQTT 5
+    out.connect.cleanstart = 0;
+    MQTTProperty expiry;
+    expiry.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
+    expiry.value.integer4 = session_expiry_never_s;
+    MQTTProperties_add(&out.properties, &expiry);
+    if (packet_bytes_max > 0) {
+        MQTTProperty packet;
+        packet.identifier = MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE;
+        packet.value.integer4 = packet_bytes_max;
+        MQTTProperties_add(&out.properties, &packet);
+    }
+    out.connect.connectProperties = &out.properties;
     out.connect.keepAliveInterval = options.keep_alive_s;
     out.connect.connectTimeout = options.connect_timeout_s;
     out.connect.maxInflight = options.max_inflight;
-    out.connect.retryInterval = 0;       // MQTT 3.1.1: resend only on reconnect
-    out.connect.automaticReconnect = 0;  // each client reconnects itself, to see session-present
+    out.connect.retryInterval = 0;       // resend only on reconnect
+    out.connect.automaticReconnect = 0;  // the client reconnects itself, to see session-present
     out.connect.username = options.username.empty() ? nullptr : options.username.c_str();
     out.connect.password = options.password.empty() ? nullptr : options.password.c_str();
     out.connect.ssl = nullptr;
@@ -120,33 +127,6 @@ void fill_paho_connect(const BrokerOptions& options, PahoConnect& out) {
         out.ssl.verify = 1;  // the host name must match the certificate
         out.connect.ssl = &out.ssl;
     }
-}
-
-Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_options& out) {
-    if (auto ok = validate(options); !ok) return ok;
-    try {
-        out.set_mqtt_version(MQTTVERSION_3_1_1);
-        // Persistent session, as fill_paho_connect(): the caller may turn it off.
-        out.set_clean_session(false);
-        out.set_keep_alive_interval(options.keep_alive_s);
-        out.set_connect_timeout(options.connect_timeout_s);
-        out.set_max_inflight(options.max_inflight);
-        out.set_automatic_reconnect(false);
-        if (!options.username.empty()) out.set_user_name(options.username);
-        if (!options.password.empty()) out.set_password(options.password);
-        if (options.tls) {
-            ::mqtt::ssl_options ssl;
-            if (!options.ca_file.empty()) ssl.set_trust_store(options.ca_file);
-            if (!options.cert_file.empty()) ssl.set_key_store(options.cert_file);
-            if (!options.key_file.empty()) ssl.set_private_key(options.key_file);
-            ssl.set_enable_server_cert_auth(true);
-            ssl.set_verify(true);  // host name must match the certificate
-            out.set_ssl(std::move(ssl));
-        }
-    } catch (const std::exception& e) {
-        return fail(options.config_name + ": cannot build MQTT connect options: " + e.what());
-    }
-    return {};
 }
 
 }  // namespace tidemark::mqtt

@@ -1,7 +1,7 @@
 // How tidemark's MQTT clients reach a broker: one plain struct shared by ingest, forwarder and
 // health, its checks, its address as the client libraries take it, and the reconnect backoff.
-// The mapping onto each client library's connect options is in paho_options.h (Paho C and
-// C++) and forwarder_link.cpp (libmosquitto), once per library.
+// The mapping onto each client library's connect options is in paho_options.h (Paho C, for
+// ingest) and mosquitto_options.h (libmosquitto, for the forwarder and health), once per library.
 #pragma once
 
 #include <chrono>

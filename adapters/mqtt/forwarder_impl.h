@@ -17,11 +17,9 @@
 
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/forwarder_timing.h"
+#include "adapters/mqtt/mosquitto_options.h"
 
 namespace tidemark::mqtt {
-
-// libmosquitto's global set-up (OpenSSL, sockets) is not thread-safe: once per process.
-void mosquitto_library_init();
 
 class Forwarder::Impl {
   public:
@@ -68,7 +66,6 @@ class Forwarder::Impl {
     static void on_log(mosquitto*, void* self, int level, const char* text);
     Result<void> connect();
     Result<void> set_options();
-    Result<void> set_tls();
     Result<void> wait_for_connack();
     void destroy_client();
     int poll_client(int64_t timeout_ms, int& error);

@@ -1,6 +1,6 @@
-// The forwarder's libmosquitto connection: BrokerOptions mapped onto libmosquitto's options
-// (the one place for credentials and TLS with this library), the connect and its CONNACK, one
-// round of socket work, and failures worded for a person.
+// The forwarder's libmosquitto connection: its options (credentials and TLS through
+// mosquitto_options.h), the connect and its CONNACK, one round of socket work, and failures
+// worded for a person.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,12 +14,6 @@
 namespace tidemark::mqtt {
 namespace {
 
-// An encrypted private key has no one to type its passphrase under systemd: refuse it with
-// OpenSSL's own error instead of prompting on a terminal.
-int no_passphrase(char*, int, int, void*) {
-    return 0;
-}
-
 // MQTT keep-alive below 5 s is refused by libmosquitto.
 constexpr int keep_alive_s_min = 5;
 
@@ -27,11 +21,6 @@ constexpr int keep_alive_s_min = 5;
 constexpr int64_t connect_poll_ms = 100;
 
 }  // namespace
-
-void mosquitto_library_init() {
-    static std::once_flag once;
-    std::call_once(once, [] { mosquitto_lib_init(); });
-}
 
 void Forwarder::Impl::on_connect(mosquitto*, void* self, int rc) {
     auto* impl = static_cast<Impl*>(self);
@@ -105,8 +94,8 @@ Result<void> Forwarder::Impl::connect() {
 }
 
 Result<void> Forwarder::Impl::set_options() {
-    const BrokerOptions& broker = options_.broker;
-    mosquitto_int_option(mosq_, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311);
+    // Credentials, TLS and the protocol version: mosquitto_options.h, shared with health.
+    if (auto ok = apply_mosquitto_options(mosq_, options_.broker); !ok) return ok;
     // Rows go out as they are published, not after Nagle's delay.
     mosquitto_int_option(mosq_, MOSQ_OPT_TCP_NODELAY, 1);
     // The window is ours (max_inflight): libmosquitto must not queue behind its own quota.
@@ -115,39 +104,6 @@ Result<void> Forwarder::Impl::set_options() {
     mosquitto_disconnect_callback_set(mosq_, on_disconnect);
     mosquitto_publish_callback_set(mosq_, on_publish);
     mosquitto_log_callback_set(mosq_, on_log);
-    if (!broker.username.empty()) {
-        const int rc =
-            mosquitto_username_pw_set(mosq_, broker.username.c_str(),
-                                      broker.password.empty() ? nullptr : broker.password.c_str());
-        if (rc != MOSQ_ERR_SUCCESS) {
-            return fail(broker.config_name +
-                        ": user name or password refused by the client: " + mosquitto_strerror(rc));
-        }
-    }
-    if (broker.tls) return set_tls();
-    return {};
-}
-
-Result<void> Forwarder::Impl::set_tls() {
-    const BrokerOptions& broker = options_.broker;
-    auto or_null = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
-    if (broker.ca_file.empty()) {
-        // No CA named: the system's trust store, as a browser would.
-        mosquitto_int_option(mosq_, MOSQ_OPT_TLS_USE_OS_CERTS, 1);
-    }
-    int rc = mosquitto_tls_set(mosq_, or_null(broker.ca_file), nullptr, or_null(broker.cert_file),
-                               or_null(broker.key_file), no_passphrase);
-    if (rc != MOSQ_ERR_SUCCESS) {
-        return fail(broker.config_name + ".tls: cannot use ca_file '" + broker.ca_file +
-                    "', cert_file '" + broker.cert_file + "', key_file '" + broker.key_file +
-                    "': " + mosquitto_strerror(rc));
-    }
-    // Verify the broker's certificate chain and that it names the host in the address.
-    rc = mosquitto_tls_opts_set(mosq_, 1 /* SSL_VERIFY_PEER */, nullptr, nullptr);
-    if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_tls_insecure_set(mosq_, false);
-    if (rc != MOSQ_ERR_SUCCESS) {
-        return fail(broker.config_name + ".tls: " + mosquitto_strerror(rc));
-    }
     return {};
 }
 

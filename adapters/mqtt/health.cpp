@@ -1,14 +1,16 @@
 #include "adapters/mqtt/health.h"
 
-#include <mqtt/async_client.h>
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
 
-#include "adapters/mqtt/paho_options.h"
+#include "adapters/mqtt/mosquitto_options.h"
 
 namespace tidemark::mqtt {
 namespace {
@@ -19,6 +21,8 @@ constexpr int status_qos = 1;
 constexpr std::string_view status_online = "online";
 constexpr std::string_view status_offline = "offline";
 constexpr int64_t wait_slice_ms = 100;
+// MQTT keep-alive below 5 s is refused by libmosquitto.
+constexpr int keep_alive_s_min = 5;
 
 }  // namespace
 
@@ -32,22 +36,12 @@ std::string status_topic_for(std::string_view health_topic) {
 
 class HealthPublisher::Impl {
   public:
-    Impl(HealthOptions options, std::function<std::string()> snapshot,
-         std::unique_ptr<::mqtt::async_client> client)
-        : options_(std::move(options)),
-          clock_(*options_.clock),
-          snapshot_(std::move(snapshot)),
-          client_(std::move(client)) {
-        client_->set_connection_lost_handler([this](const std::string&) {
-            std::lock_guard lock(mutex_);
-            link_lost_ = true;
-            wake_.notify_one();
-        });
-    }
+    Impl(HealthOptions options, std::function<std::string()> snapshot)
+        : options_(std::move(options)), clock_(*options_.clock), snapshot_(std::move(snapshot)) {}
 
     ~Impl() {
         stop(milliseconds(1000));
-        client_.reset();  // no Paho callback may run once the members below are destroyed
+        destroy_client();
     }
 
     Result<void> start() {
@@ -63,12 +57,9 @@ class HealthPublisher::Impl {
     void stop(milliseconds timeout) {
         {
             std::lock_guard lock(mutex_);
-            if (!stopping_) {
-                stopping_ = true;
-                stop_deadline_ms_ = clock_.steady_ms() + timeout.count();
-            }
-            wake_.notify_one();
+            if (!stopping_) stop_deadline_ms_ = clock_.steady_ms() + timeout.count();
         }
+        stopping_.store(true);
         if (thread_.joinable()) thread_.join();
     }
 
@@ -77,7 +68,23 @@ class HealthPublisher::Impl {
         return stats_;
     }
 
+    void publish_now() { publish_now_.store(true); }
+
   private:
+    // libmosquitto's callbacks run inside mosquitto_loop() on the publisher's thread.
+    static void on_connect(mosquitto*, void* self, int rc) {
+        auto* impl = static_cast<Impl*>(self);
+        impl->connack_received_ = true;
+        impl->connack_rc_ = rc;
+    }
+    static void on_disconnect(mosquitto*, void* self, int) {
+        static_cast<Impl*>(self)->link_lost_ = true;
+    }
+    static void on_publish(mosquitto*, void* self, int mid) {
+        auto* impl = static_cast<Impl*>(self);
+        if (mid == impl->in_flight_mid_) impl->in_flight_mid_ = no_mid;
+    }
+
     void set_error(const std::string& message) {
         std::lock_guard lock(mutex_);
         if (stats_.last_error != message) {
@@ -86,18 +93,45 @@ class HealthPublisher::Impl {
         stats_.last_error = message;
     }
 
-    // Waits until the clock reaches `deadline_ms`, stop() or a lost link; true when stopping.
-    // In slices, so that a clock stepped by a test takes effect within one.
-    bool wait_until(int64_t deadline_ms) {
-        std::unique_lock lock(mutex_);
-        for (int64_t left_ms = deadline_ms - clock_.steady_ms(); left_ms > 0;
-             left_ms = deadline_ms - clock_.steady_ms()) {
-            if (wake_.wait_for(lock, milliseconds(std::min(left_ms, wait_slice_ms)),
-                               [this] { return stopping_ || link_lost_; })) {
-                break;
-            }
+    void count_skipped() {
+        std::lock_guard lock(mutex_);
+        ++stats_.skipped;
+    }
+
+    void set_connected(bool connected) {
+        std::lock_guard lock(mutex_);
+        stats_.connected = connected;
+    }
+
+    void destroy_client() {
+        if (mosq_ != nullptr) mosquitto_destroy(mosq_);  // closes the socket; no callbacks
+        mosq_ = nullptr;
+    }
+
+    // One round of socket work (reads, writes, keep-alive) waiting at most `timeout_ms`; a
+    // lost link sets link_lost_.
+    void loop_once(int64_t timeout_ms) {
+        if (mosq_ == nullptr || link_lost_) {
+            std::this_thread::sleep_for(milliseconds(std::max<int64_t>(timeout_ms, 1)));
+            return;
         }
-        return stopping_;
+        const int rc = mosquitto_loop(mosq_, static_cast<int>(std::max<int64_t>(timeout_ms, 0)), 1);
+        if (rc != MOSQ_ERR_SUCCESS && !link_lost_) {
+            link_lost_ = true;
+            set_error("connection to " + address_ + " lost: " + mosquitto_strerror(rc));
+        }
+    }
+
+    // Works the socket until the clock reaches `deadline_ms`, stop() or a lost link; true when
+    // stopping. In slices, so that a clock stepped by a test takes effect within one.
+    bool wait_until(int64_t deadline_ms) {
+        for (int64_t left_ms = deadline_ms - clock_.steady_ms();
+             left_ms > 0 && !link_lost_ && !publish_now_.load();
+             left_ms = deadline_ms - clock_.steady_ms()) {
+            if (stopping_.load()) return true;
+            loop_once(std::min(left_ms, wait_slice_ms));
+        }
+        return stopping_.load();
     }
 
     void run() {
@@ -105,20 +139,16 @@ class HealthPublisher::Impl {
         std::uniform_real_distribution<double> jitter(0.8, 1.2);
         int failed_attempts = 0;
         bool connected = false;
-        ::mqtt::delivery_token_ptr in_flight;
         int64_t next_publish_ms = clock_.steady_ms();
-        while (true) {
-            {
-                std::lock_guard lock(mutex_);
-                if (stopping_) break;
-                if (link_lost_) {
-                    link_lost_ = false;
-                    connected = false;
-                    stats_.connected = false;
-                }
+        while (!stopping_.load()) {
+            if (connected && link_lost_) {
+                connected = false;
+                set_connected(false);
             }
             if (!connected) {
                 if (auto ok = connect(); !ok) {
+                    destroy_client();
+                    if (stopping_.load()) break;
                     set_error(ok.error().message);
                     count_skipped();
                     const double delay_ms =
@@ -129,118 +159,136 @@ class HealthPublisher::Impl {
                 }
                 connected = true;
                 failed_attempts = 0;
-                in_flight.reset();
-                {
-                    std::lock_guard lock(mutex_);
-                    stats_.connected = true;
-                }
+                set_connected(true);
                 publish(options_.status_topic, std::string(status_online));
                 next_publish_ms = clock_.steady_ms();  // a fresh snapshot after (re)connecting
             }
             const int64_t now_ms = clock_.steady_ms();
-            if (now_ms >= next_publish_ms) {
-                publish_snapshot(in_flight);
+            if (publish_now_.exchange(false) || now_ms >= next_publish_ms) {
+                publish_snapshot();
                 next_publish_ms += options_.interval_ms;
                 if (next_publish_ms < now_ms) next_publish_ms = now_ms + options_.interval_ms;
             }
             if (wait_until(next_publish_ms)) break;
         }
-        shut_down(connected);
-    }
-
-    void count_skipped() {
-        std::lock_guard lock(mutex_);
-        ++stats_.skipped;
+        shut_down(connected && !link_lost_);
+        destroy_client();
+        set_connected(false);
     }
 
     // At most one snapshot in flight: while the previous one is unacknowledged, skip.
-    void publish_snapshot(::mqtt::delivery_token_ptr& in_flight) {
-        if (in_flight && !in_flight->is_complete()) {
+    void publish_snapshot() {
+        if (in_flight_mid_ != no_mid) {
             count_skipped();
             return;
         }
-        in_flight = publish(options_.topic, snapshot_());
-        if (in_flight) {
-            std::lock_guard lock(mutex_);
-            ++stats_.published;
-        }
+        const int mid = publish(options_.topic, snapshot_());
+        if (mid == no_mid) return;
+        in_flight_mid_ = mid;
+        std::lock_guard lock(mutex_);
+        ++stats_.published;
     }
 
+    // A fresh client each time, on a clean session (nothing to keep: no subscriptions, and a
+    // stale snapshot is useless), with the last will `offline`.
     Result<void> connect() {
-        ::mqtt::connect_options connect_options;
-        if (auto ok = fill_connect_options(options_.broker, connect_options); !ok) return ok;
-        // Nothing to keep across connections: no subscriptions, and a stale snapshot is useless.
-        connect_options.set_clean_session(true);
-        connect_options.set_will(::mqtt::will_options(
-            options_.status_topic, std::string(status_offline), status_qos, true));
-        {
-            std::lock_guard lock(mutex_);
-            link_lost_ = false;
+        destroy_client();
+        link_lost_ = false;
+        connack_received_ = false;
+        connack_rc_ = 0;
+        in_flight_mid_ = no_mid;
+        mosq_ = mosquitto_new(options_.broker.client_id.c_str(), /*clean_session=*/true, this);
+        if (mosq_ == nullptr)
+            return fail(std::string("cannot create an MQTT client: ") + std::strerror(errno));
+        if (auto ok = apply_mosquitto_options(mosq_, options_.broker); !ok) return ok;
+        mosquitto_connect_callback_set(mosq_, on_connect);
+        mosquitto_disconnect_callback_set(mosq_, on_disconnect);
+        mosquitto_publish_callback_set(mosq_, on_publish);
+        const std::string offline(status_offline);
+        int rc = mosquitto_will_set(mosq_, options_.status_topic.c_str(),
+                                    static_cast<int>(offline.size()), offline.data(), status_qos,
+                                    /*retain=*/true);
+        if (rc != MOSQ_ERR_SUCCESS)
+            return fail("health: cannot set the last will: " + std::string(mosquitto_strerror(rc)));
+        const int keep_alive_s = std::max(options_.broker.keep_alive_s, keep_alive_s_min);
+        errno = 0;
+        rc = mosquitto_connect_async(mosq_, options_.broker.host.c_str(), options_.broker.port,
+                                     keep_alive_s);
+        if (rc != MOSQ_ERR_SUCCESS) {
+            return fail("health: cannot connect to " + address_ + ": " +
+                        (rc == MOSQ_ERR_ERRNO ? std::string(std::strerror(errno))
+                                              : std::string(mosquitto_strerror(rc))));
         }
-        try {
-            ::mqtt::token_ptr token = client_->connect(connect_options);
-            const int64_t deadline_ms =
-                clock_.steady_ms() + (int64_t{options_.broker.connect_timeout_s} + 1) * 1000;
-            while (!token->wait_for(milliseconds(100))) {
-                {
-                    std::lock_guard lock(mutex_);
-                    if (stopping_) return fail("stopped while connecting");
-                }
-                if (clock_.steady_ms() > deadline_ms) {
-                    return fail("connect to " + address_ + " timed out");
-                }
+        const int64_t deadline_ms =
+            clock_.steady_ms() + (int64_t{options_.broker.connect_timeout_s} + 1) * 1000;
+        while (!connack_received_) {
+            if (stopping_.load()) return fail("stopped while connecting");
+            if (link_lost_) return fail("health: cannot connect to " + address_);
+            if (clock_.steady_ms() > deadline_ms) {
+                return fail("connect to " + address_ + " timed out");
             }
-        } catch (const ::mqtt::exception& e) {
-            return fail("health: cannot connect to " + address_ + ": " + e.what());
+            loop_once(wait_slice_ms);
+        }
+        if (connack_rc_ != 0) {
+            return fail("health: " + address_ + " refused the connection of client '" +
+                        options_.broker.client_id + "': " + mosquitto_connack_string(connack_rc_));
         }
         return {};
     }
 
-    // Retained QoS1; an empty token when the client refused it (link going down).
-    ::mqtt::delivery_token_ptr publish(const std::string& topic, std::string payload) {
-        try {
-            return client_->publish(
-                ::mqtt::make_message(topic, std::move(payload), status_qos, true));
-        } catch (const ::mqtt::exception& e) {
-            set_error("health: publish to " + topic + " failed: " + e.what());
-            std::lock_guard lock(mutex_);
+    // Retained QoS1; no_mid when the client refused it (link going down).
+    int publish(const std::string& topic, const std::string& payload) {
+        int mid = no_mid;
+        const int rc =
+            mosquitto_publish(mosq_, &mid, topic.c_str(), static_cast<int>(payload.size()),
+                              payload.data(), status_qos, /*retain=*/true);
+        if (rc != MOSQ_ERR_SUCCESS) {
+            set_error("health: publish to " + topic + " failed: " + mosquitto_strerror(rc));
             link_lost_ = true;
-            return nullptr;
+            return no_mid;
         }
+        return mid;
     }
 
     void shut_down(bool connected) {
+        if (!connected) return;
         int64_t deadline_ms;
         {
             std::lock_guard lock(mutex_);
             deadline_ms = stop_deadline_ms_;
-            stats_.connected = false;
         }
-        if (!connected) return;
         // A clean stop says so itself: the will is only for when the process dies.
-        try {
-            if (auto token = publish(options_.status_topic, std::string(status_offline))) {
-                token->wait_for(
-                    milliseconds(std::max<int64_t>(deadline_ms - clock_.steady_ms(), 0)));
-            }
-            const int64_t left_ms = std::max<int64_t>(deadline_ms - clock_.steady_ms(), 0);
-            client_->disconnect(static_cast<int>(left_ms))->wait_for(milliseconds(left_ms + 100));
-        } catch (const ::mqtt::exception& e) {
-            spdlog::warn("health [{}]: clean stop: {}", options_.broker.client_id, e.what());
+        const int mid = publish(options_.status_topic, std::string(status_offline));
+        if (mid != no_mid) {
+            in_flight_mid_ = mid;
+            while (in_flight_mid_ != no_mid && !link_lost_ && clock_.steady_ms() < deadline_ms)
+                loop_once(std::min(deadline_ms - clock_.steady_ms(), wait_slice_ms));
         }
+        if (link_lost_) return;
+        mosquitto_disconnect(mosq_);
+        // The DISCONNECT goes out in the next write; the broker drops the will on reading it.
+        while (!link_lost_ && clock_.steady_ms() < deadline_ms)
+            loop_once(std::min(deadline_ms - clock_.steady_ms(), wait_slice_ms));
     }
+
+    static constexpr int no_mid = -1;
 
     const HealthOptions options_;
     const core::Clock& clock_;
     const std::string address_ = broker_address(options_.broker);
     const std::function<std::string()> snapshot_;
-    std::unique_ptr<::mqtt::async_client> client_;
     std::thread thread_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> publish_now_{false};
 
-    mutable std::mutex mutex_;
-    std::condition_variable wake_;
-    bool stopping_ = false;
+    // The publisher's thread only (callbacks included).
+    mosquitto* mosq_ = nullptr;
     bool link_lost_ = false;
+    bool connack_received_ = false;
+    int connack_rc_ = 0;
+    int in_flight_mid_ = no_mid;
+
+    mutable std::mutex mutex_;      // guards the two below
     int64_t stop_deadline_ms_ = 0;  ///< steady
     HealthStats stats_;
 };
@@ -262,16 +310,8 @@ Result<std::unique_ptr<HealthPublisher>> HealthPublisher::create(
                     " ms: use at least 100ms");
     }
     TM_ASSERT(snapshot != nullptr);
-    std::unique_ptr<::mqtt::async_client> client;
-    try {
-        client = std::make_unique<::mqtt::async_client>(
-            broker_address(options.broker), options.broker.client_id,
-            ::mqtt::create_options(MQTTVERSION_3_1_1), nullptr);
-    } catch (const ::mqtt::exception& e) {
-        return fail(options.broker.config_name + ".uri '" + broker_address(options.broker) +
-                    "' is not usable: " + e.what());
-    }
-    auto impl = std::make_unique<Impl>(std::move(options), std::move(snapshot), std::move(client));
+    mosquitto_library_init();
+    auto impl = std::make_unique<Impl>(std::move(options), std::move(snapshot));
     return std::unique_ptr<HealthPublisher>(new HealthPublisher(std::move(impl)));
 }
 
@@ -285,6 +325,9 @@ void HealthPublisher::stop(std::chrono::milliseconds timeout) {
 }
 HealthStats HealthPublisher::stats() const {
     return impl_->stats();
+}
+void HealthPublisher::publish_now() {
+    impl_->publish_now();
 }
 
 }  // namespace tidemark::mqtt

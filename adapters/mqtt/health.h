@@ -51,6 +51,9 @@ struct HealthStats {
 ///
 /// Concurrency: create/start/stop from one owner thread; stats() from any thread. snapshot() is
 /// called on the publisher's thread: it must read counters without waiting on ingest's locks.
+/// The client is libmosquitto driven from that thread, not Paho: Paho C runs the callbacks of
+/// every client in a process under one mutex, which a slow ingest callback (an fdatasync) would
+/// hold, and health must report exactly then (docs/DECISIONS.md, "Health on libmosquitto").
 ///
 /// Limits: never queues: at most one snapshot is in flight; while the broker is down or the
 /// previous snapshot is unacknowledged the interval is skipped (counted), so a dead broker costs
@@ -68,6 +71,9 @@ class HealthPublisher {
     Result<void> start();
     /// Publishes `offline` and disconnects, within `timeout`.
     void stop(std::chrono::milliseconds timeout);
+    /// Publishes a snapshot now rather than at the next interval (an alarm was raised or
+    /// cleared): within 100 ms, unless the previous one is still unacknowledged. Any thread.
+    void publish_now();
     HealthStats stats() const;
 
     class Impl;

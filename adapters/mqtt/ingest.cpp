@@ -2,120 +2,41 @@
 
 #include <MQTTAsync.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
-#include "adapters/mqtt/paho_options.h"
+#include "adapters/mqtt/ingest_state.h"
+#include "adapters/mqtt/paho_socket.h"
 
 // Why the Paho C API and not Paho C++'s async_client: async_client's message callback always
 // returns "processed" to Paho C and copies topic and payload into a new message object per
-// message. Here the callback holds the message (no PUBACK) while the handler asks to retry,
-// and hands the handler views into Paho's buffer with the DUP flag and the packet id.
+// message. Here the callback decides per message whether the connection must be cut before the
+// PUBACK goes (paho_socket.h), and hands the handler views into Paho's buffer with the DUP flag
+// and the packet id.
 
 namespace tidemark::mqtt {
 
-namespace {
-
-constexpr std::chrono::milliseconds retry_delay_min{1};
-constexpr std::chrono::milliseconds retry_delay_max{100};
-// Extra time over Paho's own connect timeout before an attempt is given up on.
-constexpr std::chrono::milliseconds outcome_margin{2000};
-
-// Numbers IncomingMessage::connection. Process-wide, not per Ingest: the runtime replaces its
-// Ingest on every pause, and the handler must still see each new connection as new.
 std::atomic<std::uint64_t> connections_in_process{0};
 
-std::string paho_error(int code, const char* message) {
-    std::string text;
-    switch (code) {  // CONNACK return codes (MQTT 3.1.1, 3.2.2.3)
-        case 1:
-            text = "broker refused the MQTT protocol version";
-            break;
-        case 2:
-            text = "broker rejected the client id";
-            break;
-        case 3:
-            text = "broker unavailable";
-            break;
-        case 4:
-            text = "bad user name or password";
-            break;
-        case 5:
-            text = "not authorised";
-            break;
-        default: {
-            const char* s = MQTTAsync_strerror(code);
-            text = s != nullptr ? s : "error " + std::to_string(code);
-        }
+// Runs on Paho's receive thread inside on_message, before Paho writes the PUBACK: after the
+// shutdown that write fails (EPIPE; Paho ignores SIGPIPE), so nothing of this connection is
+// acknowledged any more, and Paho reports the connection lost.
+void Ingest::State::cut(std::uint64_t connection_number) {
+    cut_connection.store(connection_number);
+    connections_cut.fetch_add(1, std::memory_order_relaxed);
+    const int fd = socket.load();
+    if (fd >= 0 && paho_socket::connected_to(fd, options.host, options.port)) {
+        ::shutdown(fd, SHUT_RDWR);
+        return;
     }
-    if (message != nullptr && *message != '\0') text += std::string(" (") + message + ")";
-    return text;
+    // Paho's trace did not name the socket: cut every connection of this process to the
+    // broker (the health publisher's too, which reconnects by itself).
+    const int cut_count = paho_socket::shutdown_all_connected_to(options.host, options.port);
+    spdlog::warn("{}: cut {} connection(s) to {} (ingest's own socket is not known)",
+                 options.config_name, cut_count, address);
 }
-
-}  // namespace
-
-struct Ingest::State {
-    BrokerOptions options;
-    std::string address;  // broker_address(options), for messages
-    std::vector<std::string> filters;
-    std::vector<char*> filter_pointers;  // MQTTAsync_subscribeMany wants char* const*
-    std::vector<int> filter_qos;
-    Handler handler;
-    IngestOptions ingest_options;
-    MQTTAsync client = nullptr;
-
-    std::atomic<std::uint64_t> messages{0}, bytes{0}, duplicates{0}, reconnects{0},
-        connect_failures{0}, handler_retries{0}, resubscribes{0}, retained_skipped{0};
-    std::atomic<bool> is_connected{false};
-    std::atomic<std::uint64_t> connection{0};  // of the current connection, see on_connect_success
-
-    mutable std::mutex mutex;  // guards everything below
-    std::condition_variable changed;
-    std::string last_error;
-    bool started = false;
-    bool stopping = false;
-    bool need_reconnect = false;
-    bool subscribed_once = false;  // subscribe on the first connect even if a session exists:
-                                   // the filters may have changed since the last run
-    bool parked = false;           // a callback holds an unacknowledged message forever
-    // The connect attempt waits for the SUBACK (no session: nothing arrives before it). With
-    // a session the connection is up at the CONNACK and the SUBACK comes when it comes.
-    bool subscribe_awaited = false;
-    bool disconnect_done = false;
-    bool disconnect_call_returned = false;
-    enum class Outcome { pending, ok, failed };
-    Outcome outcome = Outcome::pending;
-    std::string outcome_error;
-    std::thread supervisor;
-
-    void set_outcome(Outcome o, std::string error) {
-        std::lock_guard lock(mutex);
-        outcome = o;
-        outcome_error = std::move(error);
-        if (o == Outcome::failed) last_error = outcome_error;
-        changed.notify_all();
-    }
-
-    Result<void> connect_once();
-    void drop_connection();
-    void subscription_refused(std::string error);
-    void supervise();
-
-    // Paho C callbacks: `context` is the State.
-    static int on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m);
-    static void on_connection_lost(void* context, char* cause);
-    static void on_connect_success(void* context, MQTTAsync_successData* response);
-    static void on_connect_failure(void* context, MQTTAsync_failureData* response);
-    static void on_subscribe_success(void* context, MQTTAsync_successData* response);
-    static void on_subscribe_failure(void* context, MQTTAsync_failureData* response);
-    static void on_disconnect_done(void* context, MQTTAsync_successData* response);
-    static void on_disconnect_failed(void* context, MQTTAsync_failureData* response);
-};
 
 int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m) {
     auto* s = static_cast<State*>(context);
@@ -130,249 +51,51 @@ int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTT
         .packet_id = m->msgid,
         .connection = s->connection.load(),
     };
-    if (message.retained && !s->ingest_options.accept_retained) {
-        // Returning 1 acknowledges it: the broker keeps the retained message, and resends it
-        // on the next subscription, where it is skipped again.
-        s->retained_skipped.fetch_add(1, std::memory_order_relaxed);
+    // Paho frees nothing we return 1 for; it sends the PUBACK (QoS1) right after we return,
+    // whatever we return: 0 would only keep the message in its memory, acknowledged.
+    const auto done = [&] {
         MQTTAsync_freeMessage(&m);
         MQTTAsync_free(topic);
         return 1;
+    };
+    if (s->cut_connection.load() == message.connection) return done();  // see State::socket
+    if (message.retained && !s->ingest_options.accept_retained) {
+        // Acknowledged: the broker keeps the retained message, and resends it on the next
+        // subscription, where it is skipped again.
+        s->retained_skipped.fetch_add(1, std::memory_order_relaxed);
+        return done();
     }
-    // Paho C sends the PUBACK when this function returns, so it returns only once the handler
-    // has taken the message. Returning 0 would not help: Paho would queue the message in
-    // memory and acknowledge it at once.
-    int retries = 0;
-    while (s->handler(message) == HandleResult::retry_later) {
+    if (s->handler(message) == HandleResult::retry_later) {
+        // Not taken: cut the connection before Paho can acknowledge it. The callback never
+        // waits (Paho holds its process-wide mutex while it runs); the broker redelivers the
+        // message, DUP, on the next connection.
         s->handler_retries.fetch_add(1, std::memory_order_relaxed);
-        std::unique_lock lock(s->mutex);
-        if (s->stopping) {
-            // Never acknowledge a message the handler did not take: park this Paho thread
-            // until the process exits. stop() sees `parked` and abandons the client, so the
-            // broker keeps the message in our session and redelivers it (DUP) next time.
-            s->parked = true;
-            s->changed.notify_all();
-            s->changed.wait(lock, [] { return false; });
-        }
-        s->changed.wait_for(lock, reconnect_delay(retries, retry_delay_min, retry_delay_max),
-                            [s] { return s->stopping; });
-        retries = std::min(retries + 1, 32);  // past the cap already; no overflow
+        s->refusal_streak.fetch_add(1, std::memory_order_relaxed);
+        s->cut(message.connection);
+        return done();
     }
+    s->refusal_streak.store(0, std::memory_order_relaxed);
     s->messages.fetch_add(1, std::memory_order_relaxed);
     s->bytes.fetch_add(message.payload.size(), std::memory_order_relaxed);
     if (message.duplicate) s->duplicates.fetch_add(1, std::memory_order_relaxed);
-    MQTTAsync_freeMessage(&m);
-    MQTTAsync_free(topic);
-    return 1;
+    return done();
 }
 
 void Ingest::State::on_connection_lost(void* context, char* cause) {
     auto* s = static_cast<State*>(context);
     s->is_connected = false;
+    s->socket.store(-1);
+    const bool cut_by_us = s->cut_connection.load() == s->connection.load();
     std::lock_guard lock(s->mutex);
-    s->last_error = "connection to " + s->address + " lost" +
-                    (cause != nullptr ? std::string(": ") + cause : std::string());
+    s->last_error = cut_by_us ? "the handler refused a message: connection to " + s->address +
+                                    " cut so that it is not acknowledged"
+                              : "connection to " + s->address + " lost" +
+                                    (cause != nullptr ? std::string(": ") + cause : std::string());
     if (!s->stopping) {
-        spdlog::warn("{}: {}; reconnecting", s->options.config_name, s->last_error);
+        if (!cut_by_us) spdlog::warn("{}: {}; reconnecting", s->options.config_name, s->last_error);
         s->need_reconnect = true;
     }
     s->changed.notify_all();
-}
-
-void Ingest::State::on_connect_success(void* context, MQTTAsync_successData* response) {
-    auto* s = static_cast<State*>(context);
-    // Paho C calls this on its receive thread while handling the CONNACK, before it reads the
-    // connection's first PUBLISH (MQTTAsync_receiveThread, 1.3.x), so every message of this
-    // connection, redeliveries included, carries the new number.
-    s->connection.store(connections_in_process.fetch_add(1) + 1);
-    const bool session_present = response != nullptr && response->alt.connect.sessionPresent != 0;
-    bool subscribe = false;
-    {
-        std::lock_guard lock(s->mutex);
-        // Without a session the broker has forgotten our subscriptions (first run, or its
-        // state was lost); with one, subscribing again would resend retained messages.
-        subscribe = !session_present || !s->subscribed_once;
-    }
-    if (session_present) {
-        // The broker kept our subscriptions: the connection is up now. It may send a large
-        // backlog before the SUBACK of a re-subscription (mosquitto does), so waiting for that
-        // would report "no answer" while messages are being logged.
-        s->is_connected = true;
-        s->set_outcome(Outcome::ok, {});
-    }
-    {
-        std::lock_guard lock(s->mutex);
-        s->subscribe_awaited = !session_present;
-    }
-    if (!subscribe) return;
-    if (session_present == false) s->resubscribes.fetch_add(1, std::memory_order_relaxed);
-    MQTTAsync_responseOptions sub = MQTTAsync_responseOptions_initializer;
-    sub.onSuccess = &State::on_subscribe_success;
-    sub.onFailure = &State::on_subscribe_failure;
-    sub.context = s;
-    const int rc = MQTTAsync_subscribeMany(s->client, static_cast<int>(s->filters.size()),
-                                           s->filter_pointers.data(), s->filter_qos.data(), &sub);
-    if (rc != MQTTASYNC_SUCCESS)
-        s->subscription_refused("subscribe on " + s->address +
-                                " failed: " + paho_error(rc, nullptr));
-}
-
-void Ingest::State::subscription_refused(std::string error) {
-    bool awaited = false;
-    {
-        std::lock_guard lock(mutex);
-        awaited = subscribe_awaited;
-    }
-    if (awaited) {
-        set_outcome(Outcome::failed, std::move(error));  // connect_once() drops the connection
-        return;
-    }
-    // The connection was reported up (session present): drop it and let supervise() try again.
-    spdlog::error("{}: {}; reconnecting", options.config_name, error);
-    is_connected = false;
-    std::lock_guard lock(mutex);
-    last_error = std::move(error);
-    if (!stopping) need_reconnect = true;
-    changed.notify_all();
-}
-
-void Ingest::State::on_connect_failure(void* context, MQTTAsync_failureData* response) {
-    auto* s = static_cast<State*>(context);
-    s->set_outcome(Outcome::failed,
-                   "cannot connect to " + s->address + " as client id '" + s->options.client_id +
-                       "': " +
-                       (response != nullptr ? paho_error(response->code, response->message)
-                                            : std::string("connection refused or unreachable")));
-}
-
-void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData* response) {
-    auto* s = static_cast<State*>(context);
-    for (std::size_t i = 0; i < s->filters.size(); ++i) {
-        int granted = 0;
-        if (response != nullptr) {
-            granted = s->filters.size() == 1             ? response->alt.qos
-                      : response->alt.qosList != nullptr ? response->alt.qosList[i]
-                                                         : 0;
-        }
-        if (granted == 0x80) {
-            s->subscription_refused("broker " + s->address + " refused the subscription to '" +
-                                    s->filters[i] + "' for client id '" + s->options.client_id +
-                                    "': check the broker's ACL");
-            return;
-        }
-        if (granted < 1) {
-            spdlog::warn("{}: broker granted QoS {} for '{}': messages may be lost on a crash",
-                         s->options.config_name, granted, s->filters[i]);
-        }
-    }
-    bool awaited = false;
-    {
-        std::lock_guard lock(s->mutex);
-        s->subscribed_once = true;
-        awaited = s->subscribe_awaited;
-    }
-    if (!awaited) return;  // reported up at the CONNACK
-    s->is_connected = true;
-    s->set_outcome(Outcome::ok, {});
-}
-
-void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData* response) {
-    auto* s = static_cast<State*>(context);
-    s->subscription_refused("subscribe on " + s->address + " failed: " +
-                            (response != nullptr ? paho_error(response->code, response->message)
-                                                 : std::string("no reason given")));
-}
-
-void Ingest::State::on_disconnect_done(void* context, MQTTAsync_successData*) {
-    auto* s = static_cast<State*>(context);
-    std::lock_guard lock(s->mutex);
-    s->disconnect_done = true;
-    s->changed.notify_all();
-}
-
-void Ingest::State::on_disconnect_failed(void* context, MQTTAsync_failureData*) {
-    on_disconnect_done(context, nullptr);
-}
-
-// Leaves no connection (live or half-open) behind, waiting up to 2 s for Paho: a connect on a
-// client that is still connected never completes.
-void Ingest::State::drop_connection() {
-    is_connected = false;
-    {
-        std::lock_guard lock(mutex);
-        disconnect_done = false;
-    }
-    MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
-    d.timeout = 1000;
-    d.onSuccess = &State::on_disconnect_done;
-    d.onFailure = &State::on_disconnect_failed;
-    d.context = this;
-    if (MQTTAsync_disconnect(client, &d) != MQTTASYNC_SUCCESS) return;  // nothing to drop
-    std::unique_lock lock(mutex);
-    changed.wait_for(lock, std::chrono::seconds(2), [this] { return disconnect_done; });
-}
-
-Result<void> Ingest::State::connect_once() {
-    if (MQTTAsync_isConnected(client)) drop_connection();  // e.g. a refused subscription's
-    // Persistent session (the broker queues and redelivers while we are away); supervise()
-    // reconnects, to see session-present. max_inflight bounds our publishes only: none here.
-    PahoConnect paho;
-    fill_paho_connect(options, paho);
-    MQTTAsync_connectOptions& connect = paho.connect;
-    connect.onSuccess = &State::on_connect_success;
-    connect.onFailure = &State::on_connect_failure;
-    connect.context = this;
-    {
-        std::lock_guard lock(mutex);
-        outcome = Outcome::pending;
-    }
-    if (const int rc = MQTTAsync_connect(client, &connect); rc != MQTTASYNC_SUCCESS) {
-        set_outcome(Outcome::failed,
-                    "cannot connect to " + address + ": " + paho_error(rc, nullptr));
-    }
-    std::unique_lock lock(mutex);
-    const auto limit = std::chrono::seconds(options.connect_timeout_s) + outcome_margin;
-    if (!changed.wait_for(lock, limit,
-                          [this] { return outcome != Outcome::pending || stopping; })) {
-        last_error =
-            "no answer from " + address + " within " + std::to_string(limit.count()) + " ms";
-        std::string error = last_error;
-        lock.unlock();
-        drop_connection();  // or the next attempt would connect a connected client
-        return fail(error);
-    }
-    if (outcome == Outcome::ok) return {};
-    if (outcome == Outcome::failed) {
-        std::string error = outcome_error;
-        lock.unlock();
-        // A refused subscription leaves a live connection behind: drop it before retrying.
-        if (MQTTAsync_isConnected(client)) drop_connection();
-        return fail(error);
-    }
-    return fail("stopped while connecting to " + address);
-}
-
-void Ingest::State::supervise() {
-    int failures = 0;
-    std::unique_lock lock(mutex);
-    while (true) {
-        changed.wait(lock, [this] { return stopping || need_reconnect; });
-        if (stopping) return;
-        if (changed.wait_for(lock, reconnect_delay(failures), [this] { return stopping; })) return;
-        lock.unlock();
-        auto connected_now = connect_once();
-        lock.lock();
-        if (connected_now) {
-            need_reconnect = false;
-            failures = 0;
-            reconnects.fetch_add(1, std::memory_order_relaxed);
-            spdlog::info("{}: reconnected to {}", options.config_name, address);
-        } else {
-            ++failures;
-            connect_failures.fetch_add(1, std::memory_order_relaxed);
-            spdlog::warn("{}: {}; next attempt in {} ms", options.config_name,
-                         connected_now.error().message, reconnect_delay(failures).count());
-        }
-    }
 }
 
 Ingest::Ingest(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -407,8 +130,7 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
     state->handler = std::move(handler);
     state->ingest_options = ingest_options;
 
-    MQTTAsync_createOptions create = MQTTAsync_createOptions_initializer;
-    create.MQTTVersion = MQTTVERSION_3_1_1;
+    MQTTAsync_createOptions create = MQTTAsync_createOptions_initializer5;
     create.sendWhileDisconnected = 0;
     // No client-side persistence: ingest publishes nothing, and received QoS1 messages are
     // made durable by the handler (the log) before the PUBACK.
@@ -431,10 +153,6 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
 
 Ingest::~Ingest() {
     stop();
-    if (abandoned_) {
-        static_cast<void>(state_.release());  // see stop()
-        return;
-    }
     MQTTAsync_destroy(&state_->client);
 }
 
@@ -442,7 +160,7 @@ Result<void> Ingest::start(std::chrono::milliseconds first_connect_timeout) {
     State& s = *state_;
     {
         std::lock_guard lock(s.mutex);
-        TM_ASSERT(!s.started && !abandoned_);
+        TM_ASSERT(!s.started);
         s.stopping = false;
         s.need_reconnect = false;
     }
@@ -471,41 +189,12 @@ void Ingest::stop(std::chrono::milliseconds timeout) {
         if (!s.started) return;
         s.started = false;
         s.stopping = true;
-        s.disconnect_done = false;
-        s.disconnect_call_returned = false;
         s.changed.notify_all();
     }
     if (s.supervisor.joinable()) s.supervisor.join();
-    // MQTTAsync_disconnect may wait for the receive thread, which may be parked in on_message:
-    // call it from a helper thread and wait for whichever comes first.
-    std::thread([&s, timeout] {
-        MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer;
-        d.timeout = static_cast<int>(timeout.count());
-        d.onSuccess = &State::on_disconnect_done;
-        d.onFailure = &State::on_disconnect_failed;
-        d.context = &s;
-        if (MQTTAsync_disconnect(s.client, &d) != MQTTASYNC_SUCCESS) {
-            State::on_disconnect_done(&s, nullptr);  // not connected: nothing to wait for
-        }
-        std::lock_guard lock(s.mutex);
-        s.disconnect_call_returned = true;
-        s.changed.notify_all();
-    }).detach();
-    std::unique_lock lock(s.mutex);
-    const bool finished = s.changed.wait_for(lock, timeout, [&s] {
-        return (s.disconnect_done && s.disconnect_call_returned) || s.parked;
-    });
-    s.is_connected = false;
-    if (s.parked || !finished) {
-        // A message is held unacknowledged in a Paho thread (or Paho did not answer):
-        // destroying the client would acknowledge it or hang. Leave the client and its state
-        // to the process exit, which closes the socket without a PUBACK.
-        spdlog::warn(
-            "{}: stopped with an unacknowledged message held; the broker will "
-            "redeliver it",
-            s.options.config_name);
-        abandoned_ = true;
-    }
+    // No callback waits (on_message never holds a message), so Paho answers within the
+    // timeout; a message read but not yet acknowledged is redelivered on the next run.
+    s.disconnect(timeout);
 }
 
 std::uint64_t Ingest::connection() const {
@@ -523,6 +212,8 @@ IngestStats Ingest::stats() const {
     out.handler_retries = s.handler_retries.load(std::memory_order_relaxed);
     out.resubscribes = s.resubscribes.load(std::memory_order_relaxed);
     out.retained_skipped = s.retained_skipped.load(std::memory_order_relaxed);
+    out.connections_cut = s.connections_cut.load(std::memory_order_relaxed);
+    out.socket_known = s.socket.load() >= 0;
     out.connected = s.is_connected.load();
     std::lock_guard lock(s.mutex);
     out.last_error = s.last_error;

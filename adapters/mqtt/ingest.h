@@ -35,12 +35,15 @@ struct IncomingMessage {
 
 /// What the handler did with a message.
 enum class HandleResult {
-    accepted,     ///< done with it (appended, or deliberately skipped): acknowledge it
-    retry_later,  ///< cannot take it now (log or disk full): do not acknowledge, call again
+    accepted,  ///< done with it (appended, or deliberately skipped): acknowledge it
+    /// Cannot take it now (log or disk full): do not acknowledge it. The connection is cut at
+    /// once and re-established later; the broker then sends it again (DUP).
+    retry_later,
 };
 
 /// Called on the client library's receive thread for every message, one at a time, before the
-/// PUBACK is sent. It must not throw (an exception would cross C code: it stops the process).
+/// PUBACK is sent. It must not throw (an exception would cross C code: it stops the process),
+/// and must not wait for long: Paho C runs every callback of the process under one mutex.
 using Handler = std::function<HandleResult(const IncomingMessage&)>;
 
 struct IngestStats {
@@ -50,9 +53,13 @@ struct IngestStats {
     std::uint64_t reconnects = 0;        ///< successful connects after the first
     std::uint64_t connect_failures = 0;  ///< failed connect attempts
     std::uint64_t handler_retries = 0;   ///< handler calls that returned retry_later
+    std::uint64_t connections_cut = 0;   ///< connections cut for such a refusal
     std::uint64_t resubscribes = 0;      ///< connects where the broker had lost our session
     std::uint64_t retained_skipped = 0;  ///< retained messages acknowledged unseen (see options)
     bool connected = false;
+    /// Whether the current connection's socket is known (paho_socket.h); when not, a refusal
+    /// cuts every connection of the process to the broker.
+    bool socket_known = false;
     std::string last_error;  ///< the most recent connect failure or connection loss, or empty
 };
 
@@ -63,16 +70,21 @@ struct IngestOptions {
     /// 3.1.1 3.3.1.3), so each start and each pause would log them again. Live messages,
     /// retained or not, are unaffected.
     bool accept_retained = false;
+    /// MQTT 5 CONNECT's Maximum Packet Size: the broker sends no larger packet (mosquitto drops
+    /// it for this client and logs "Dropping too large outgoing PUBLISH"), so a huge publish is
+    /// never read into memory. 0: no limit (the broker's own, up to MQTT's 256 MiB).
+    std::uint32_t packet_bytes_max = 0;
 };
 
-/// Operation: a persistent MQTT 3.1.1 session with the gateway broker (clean session off, a
-/// fixed client id), QoS1 subscriptions to every filter, made on the first connect of each
-/// Ingest and whenever the broker reports no session present (it lost our state); otherwise
-/// the broker's stored subscriptions are reused. Each subscription makes the broker resend
-/// the matching retained messages: they are acknowledged without the handler and counted
-/// (retained_skipped) unless IngestOptions::accept_retained. A lost connection is
+/// Operation: a persistent MQTT 5 session with the gateway broker (clean start off, a session
+/// that never expires, a fixed client id), QoS1 subscriptions to every filter, made on the first
+/// connect of each Ingest and whenever the broker reports no session present (it lost our
+/// state); otherwise the broker's stored subscriptions are reused. Each subscription makes the
+/// broker resend the matching retained messages: they are acknowledged without the handler and
+/// counted (retained_skipped) unless IngestOptions::accept_retained. A lost connection is
 /// re-established by a background thread with capped exponential backoff (reconnect_delay:
-/// 250 ms .. 30 s). The broker queues messages while we are away.
+/// 250 ms .. 30 s). The broker queues messages while we are away. With packet_bytes_max the
+/// broker never sends a larger packet.
 ///
 /// Acknowledgement: the handler runs inside Paho C's message-arrived callback, and Paho C
 /// (MQTTProtocol_handlePublishes, 1.3.x) sends the QoS1 PUBACK only after that callback
@@ -80,23 +92,26 @@ struct IngestOptions {
 /// broker considers delivered has been through the handler (for the runtime: is in the log).
 /// A crash or a lost connection between handler and PUBACK makes the broker redeliver it with
 /// DUP set on the next connection (IncomingMessage::connection); RedeliveryFilter recognises
-/// it. This holds because the callback never returns "not processed" to Paho: Paho would then
-/// queue the message in memory and send the PUBACK anyway.
+/// it. Paho acknowledges whatever the callback returns (returning "not processed" only keeps
+/// the message in Paho's memory), so a message the handler does not take is kept from being
+/// acknowledged by cutting the connection before the callback returns (paho_socket.h).
 ///
-/// Back-pressure: when the handler returns retry_later, the callback keeps the message and
-/// calls the handler again (1 ms doubling to 100 ms between calls) without returning; no PUBACK
-/// is sent and no further message is read, so the broker holds the rest in our session
-/// (bounded by its max_queued_messages). If this lasts past 1.5 keep-alives the broker drops
-/// the connection; the message is then redelivered with DUP after the reconnect. stop() during
-/// such a wait disconnects first and then releases the callback, so the held message is never
-/// acknowledged and comes back on the next run.
+/// Back-pressure: when the handler returns retry_later, the callback shuts the connection's
+/// socket down and returns at once: the PUBACK cannot leave, messages still read on that
+/// connection are not handed to the handler, and the broker keeps them all in our session
+/// (bounded by its max_queued_messages) and resends them, in order and flagged DUP, on the next
+/// connection. The reconnect waits reconnect_delay(refusals in a row), so a handler that keeps
+/// refusing costs one message read per 30 s at most. The callback never waits: Paho C runs the
+/// callbacks of every client in the process under one mutex, and a held callback would stop
+/// them all (and stop(), and the next create()). A pause longer than that is the caller's: stop
+/// and start later.
 ///
 /// Concurrency: create/start/stop from one owner thread; stats() and connected() from any
 /// thread. The handler is called from one Paho thread, never concurrently with itself.
 ///
 /// Limits: QoS1 is asked for every filter (a QoS0 publish arrives as QoS0: it cannot be
-/// redelivered). MQTT 3.1.1 has no receive maximum: the number of messages in flight towards
-/// us is the broker's max_inflight_messages. Topic filters: at most 64.
+/// redelivered). No Receive Maximum is sent: the number of messages in flight towards us is the
+/// broker's max_inflight_messages. Topic filters: at most 64.
 class Ingest {
   public:
     static constexpr std::size_t topic_filters_max = 64;
@@ -117,7 +132,8 @@ class Ingest {
     Result<void> start(std::chrono::milliseconds first_connect_timeout = std::chrono::seconds(10));
 
     /// Stops reconnecting and disconnects cleanly (the session stays on the broker), waiting
-    /// at most `timeout` for the handler in progress and the DISCONNECT. Idempotent.
+    /// at most `timeout` (plus a second) for the handler in progress and the DISCONNECT.
+    /// Idempotent.
     void stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
     IngestStats stats() const;
@@ -131,7 +147,6 @@ class Ingest {
   private:
     explicit Ingest(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
-    bool abandoned_ = false;  // stop() left the Paho client to the process exit
 };
 
 }  // namespace tidemark::mqtt

@@ -1,38 +1,41 @@
-// Paho's connect options from BrokerOptions (internal to adapters/mqtt): the C form for ingest,
-// the C++ form for health, both in client_options.cpp so that credentials and TLS are mapped
-// for Paho in one place.
+// Paho C's connect options from BrokerOptions (internal to adapters/mqtt): the one mapping of
+// credentials, TLS and session settings onto Paho, for ingest (the only Paho client).
 #pragma once
 
 #include <MQTTAsync.h>
 
-#include "adapters/mqtt/client_options.h"
-#include "core/result.h"
+#include <cstdint>
 
-namespace mqtt {
-class connect_options;  // Paho C++ (<mqtt/connect_options.h>)
-}
+#include "adapters/mqtt/client_options.h"
 
 namespace tidemark::mqtt {
 
-/// Paho C's connect options and the TLS options they point to. Not copyable: `connect.ssl`
-/// points at `ssl`. Holds pointers into the BrokerOptions it was filled from.
+/// Paho C's connect options, the TLS options and the CONNECT properties they point to. Not
+/// copyable: `connect.ssl` and `connect.connectProperties` point into it. Holds pointers into the
+/// BrokerOptions it was filled from.
 struct PahoConnect {
-    MQTTAsync_connectOptions connect = MQTTAsync_connectOptions_initializer;
+    MQTTAsync_connectOptions connect = MQTTAsync_connectOptions_initializer5;
     MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
+    MQTTProperties properties = MQTTProperties_initializer;
     PahoConnect() = default;
+    ~PahoConnect() { MQTTProperties_free(&properties); }
     PahoConnect(const PahoConnect&) = delete;
     PahoConnect& operator=(const PahoConnect&) = delete;
 };
 
-/// Fills Paho C connect options from validated `options`: MQTT 3.1.1, clean
-/// session OFF (the broker keeps subscriptions and unacknowledged QoS1 messages while we are
-/// away), keep-alive, connect timeout, in-flight window, user name / password, TLS with server
-/// certificate and host name verification. Automatic reconnect is left OFF: each client runs
-/// its own backoff loop (reconnect_delay) so that it can check the CONNACK's session-present
-/// flag. The callbacks and context are the caller's to set.
-void fill_paho_connect(const BrokerOptions& options, PahoConnect& out);
+/// The Session Expiry Interval ingest asks for: never (MQTT 5, 3.1.2.11.2), what MQTT 3.1.1's
+/// clean session 0 meant. With 0, the MQTT 5 default, the broker drops the session, our
+/// subscriptions and every queued message at the first disconnect.
+inline constexpr uint32_t session_expiry_never_s = 0xFFFFFFFF;
 
-/// The same in Paho C++'s connect options, after validate(options).
-Result<void> fill_connect_options(const BrokerOptions& options, ::mqtt::connect_options& out);
+/// Fills Paho C connect options from validated `options`: MQTT 5, clean start OFF and the
+/// session kept for ever (the broker keeps subscriptions and unacknowledged QoS1 messages while
+/// we are away), keep-alive, connect timeout, in-flight window, user name / password, TLS with
+/// server certificate and host name verification, and, when `packet_bytes_max` > 0, CONNECT's
+/// Maximum Packet Size (the broker then never sends us a larger packet: it drops it for us).
+/// Automatic reconnect is left OFF: the client runs its own backoff loop (reconnect_delay) so
+/// that it can check the CONNACK's session-present flag. The callbacks and context are the
+/// caller's to set.
+void fill_paho_connect(const BrokerOptions& options, uint32_t packet_bytes_max, PahoConnect& out);
 
 }  // namespace tidemark::mqtt

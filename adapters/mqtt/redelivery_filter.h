@@ -59,11 +59,14 @@ class RedeliveryFilter {
     /// candidates. Call it before the connection's first message.
     void connection_started();
 
-    /// A record was appended for this message (fresh, or DUP but not a redelivery).
+    /// A record was appended for this message (fresh, or DUP but not a redelivery). Only for
+    /// messages the broker may send again (QoS1): a QoS0 one in the window breaks the run of
+    /// the redeliveries around it, which are then logged again.
     void remember(int packet_id, std::string_view topic, std::string_view payload);
 
     /// A record of the log written by an earlier process, oldest first; its packet id is lost.
-    /// Only before the first connection_started().
+    /// Only before the first connection_started(), and only records of messages the broker may
+    /// send again (log::Record::redeliverable), as remember().
     void seed(std::string_view topic, std::string_view payload);
 
     /// For a message flagged DUP: true when it is the redelivery of a candidate.

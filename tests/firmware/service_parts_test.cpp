@@ -153,3 +153,29 @@ TEST_CASE("side output is not appended again when recovery replays the log") {
         CHECK(side->rows == rows);
     }
 }
+
+// Issue 25, finding 8: the store compacted superseded rows by default (its own default, true)
+// when the config had no upstream section to say otherwise (the config's default is false). A
+// node that ran without upstream for a while and was then given one forwarded only the latest
+// revision of each window, though nothing had asked for compaction.
+TEST_CASE(
+    "without an upstream, every revision stays in the outbox: compaction follows the config") {
+    TempDir dir;
+    const config::Config c = load(dir.path());
+    REQUIRE_FALSE(c.upstream.has_value());
+    auto parts = open_parts(c);
+    const auto event = [&](int64_t ingest_ms, int64_t ts_ms) {
+        REQUIRE(parts->log().append(log::RecordType::message, ingest_ms, "t/a",
+                                    R"({"ts": )" + std::to_string(ts_ms) + R"(, "v": 1})"));
+        step_all(*parts);  // one outbox batch per event: each revision is appended on its own
+    };
+    event(1'000'000, 1'001'000);  // in [1000000, 1010000)
+    event(1'011'000, 1'011'000);  // the watermark passes the window's end: final, revision 0
+    event(1'012'000, 1'002'000);  // late, within the 5 s allowed: update, revision 1
+    auto rows = parts->store().outbox_peek(0, 100);
+    REQUIRE(rows);
+    std::vector<uint32_t> revisions;
+    for (const auto& r : *rows)
+        if (r.window_start_ms == 1'000'000) revisions.push_back(r.revision);
+    CHECK(revisions == std::vector<uint32_t>{0, 1});
+}

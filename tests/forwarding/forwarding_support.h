@@ -169,7 +169,7 @@ inline json base_config(const std::string& dir, const Broker& gateway, const std
     return json{
         {"node_id", node_id},
         {"data_dir", dir + "/data"},
-        {"storage", {{"map_size", "64MiB"}, {"fsync", "interval"}, {"fsync_interval", "100ms"}}},
+        {"storage", {{"map_size", "256MiB"}, {"fsync", "interval"}, {"fsync_interval", "100ms"}}},
         {"checkpoint", {{"interval", "1s"}}},
         {"source", {{"uri", gateway.uri()}, {"client_id", "tidemark-fw-node"}}},
         {"upstream",

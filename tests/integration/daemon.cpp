@@ -196,7 +196,9 @@ nlohmann::json base_config(const std::string& node, const std::string& data_dir,
     nlohmann::json c;
     c["node_id"] = node;
     c["data_dir"] = data_dir;
-    c["storage"] = {{"map_size", "64MiB"}, {"fsync", "interval"}, {"fsync_interval", "200ms"}};
+    // The map takes the state twice (a backfill), the outbox twice (LMDB's indexes) and side
+    // output beside each other (check-config sums them): 256MiB, a sparse file, for any test.
+    c["storage"] = {{"map_size", "256MiB"}, {"fsync", "interval"}, {"fsync_interval", "200ms"}};
     c["checkpoint"] = {{"interval", "1s"}};
     c["source"] = {{"uri", gateway_uri}, {"client_id", "tidemark-" + node}};
     if (!upstream_uri.empty()) {

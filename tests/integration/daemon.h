@@ -59,6 +59,7 @@ class Daemon {
     int wait_exit(std::chrono::milliseconds timeout);
     std::string log() const;  ///< everything the daemon wrote so far
     int starts() const { return starts_; }
+    pid_t pid() const { return pid_; }  ///< -1 when not running
 
   private:
     std::string config_path_;

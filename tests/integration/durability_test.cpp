@@ -729,7 +729,10 @@ TEST_CASE("a checkpoint that fails (map full) loses nothing after a later restar
           "[integration]") {
     Rig rig("cpfail", {}, {});
     auto cfg = rig.config();
-    cfg["storage"]["map_size"] = "2MiB";
+    // The least map check-config takes beside a 1MiB outbox (it sums state, outbox, side output
+    // and LMDB's overhead); the heavy pipeline's sketches, which its budget counts by their
+    // struct alone, still fill it.
+    cfg["storage"]["map_size"] = "5MiB";
     cfg["upstream"]["outbox"] = {{"max_bytes", "1MiB"}, {"when_full", "pause_ingest"}};
     cfg["pipelines"] = {
         heavy_pipeline(),

@@ -92,6 +92,8 @@ TEST_CASE("the unit lets systemd see a stuck or unready engine", "[unit]") {
     CHECK(has_line("StateDirectory=tidemark"));
     CHECK(has_line("User=tidemark"));
     CHECK(has_line("ExecStart=/usr/bin/tidemark run --config /etc/tidemark/tidemark.json"));
+    // A watchdog abort must not leave the brokers' passwords and TLS keys in a core dump.
+    CHECK(has_line("LimitCORE=0"));
 }
 
 TEST_CASE("the sink's unit lets systemd see a stuck writer", "[unit]") {

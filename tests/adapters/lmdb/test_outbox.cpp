@@ -34,6 +34,7 @@ StoreOptions options(const std::string& dir) {
     StoreOptions o;
     o.dir = dir;
     o.map_size_bytes = uint64_t{1} << 26;
+    o.compact_superseded = true;  // what these tests look at; the default is the config's, off
     return o;
 }
 

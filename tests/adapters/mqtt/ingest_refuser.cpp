@@ -1,6 +1,7 @@
 // Helper process for ingest_test: an ingest whose log is full. It prints "ready" once
-// subscribed and "held" when the first message reaches the handler, then holds that message
-// (retry_later) until the test kills it with SIGKILL - a crash between receipt and append.
+// subscribed and "held" when the first message reaches the handler, then refuses it
+// (retry_later: the connection is cut unacknowledged, and the message comes back on every
+// reconnect) until the test kills it with SIGKILL - a crash between receipt and append.
 #include <cstdio>
 #include <thread>
 

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -360,10 +362,10 @@ TEST_CASE("QoS1 messages reach the handler with topic, payload and QoS", "[inges
     CHECK_FALSE((*ingest)->connected());
 }
 
-TEST_CASE("retry_later holds the message: the handler is called again, nothing is lost",
+TEST_CASE("retry_later cuts the connection unacknowledged: the message comes back, in order",
           "[ingest]") {
     Broker broker = Broker::start();
-    std::atomic<int> refusals_left{5};
+    std::atomic<int> refusals_left{3};
     Collector collector;
     auto accept = collector.handler();
     auto ingest =
@@ -375,15 +377,62 @@ TEST_CASE("retry_later holds the message: the handler is called again, nothing i
         });
     REQUIRE(ingest.has_value());
     REQUIRE((*ingest)->start(5s).has_value());
+    CHECK((*ingest)->stats().socket_known);  // Paho's trace named the socket
     TestClient publisher = TestClient::connect(broker.uri());
     publisher.publish("t/1", "first");
     publisher.publish("t/2", "second");
-    const auto seen = collector.wait_for(2);
+    // Each refusal costs a reconnect (250 ms, 500 ms, 1 s of backoff and Paho's own ~2 s).
+    const auto seen = collector.wait_for(2, 30s);
     REQUIRE(seen.size() == 2);
     CHECK(seen[0].payload == "first");  // order kept: the second waited behind the first
+    CHECK(seen[0].duplicate);           // redelivered: it was never acknowledged
     CHECK(seen[1].payload == "second");
-    CHECK((*ingest)->stats().handler_retries == 5);
+    std::this_thread::sleep_for(300ms);  // a third delivery would show here
+    CHECK(collector.wait_for(3, 0ms).size() == 2);
+    CHECK((*ingest)->stats().handler_retries == 3);
+    CHECK((*ingest)->stats().connections_cut == 3);
     CHECK((*ingest)->stats().messages == 2);
+}
+
+// Issue 25, finding 1: Paho C runs every callback of the process under one mutex. A handler
+// that cannot take a message (a full disk) used to keep it in the callback, retrying: every
+// other Paho call of the process (a second client's create, this one's stop) then waited for
+// good. Now the callback cuts the connection and returns.
+TEST_CASE("a handler that keeps refusing holds no Paho lock: create and stop still return",
+          "[ingest]") {
+    Broker broker = Broker::start();
+    std::atomic<int> calls{0};
+    auto refusing = Ingest::create(options_for(broker, "ingest-full-disk"), {"t/#"},
+                                   [&](const IncomingMessage&) {
+                                       ++calls;
+                                       return HandleResult::retry_later;
+                                   });
+    REQUIRE(refusing.has_value());
+    REQUIRE((*refusing)->start(5s).has_value());
+    TestClient publisher = TestClient::connect(broker.uri());
+    publisher.publish("t/1", "refused");
+    REQUIRE(eventually([&] { return calls.load() >= 1; }));
+
+    // What the runtime does next: stop the refusing ingest, make a new one, start it. Run on
+    // another thread so that a hang fails the test instead of stopping it.
+    Collector collector;
+    auto work = std::async(std::launch::async, [&] {
+        (*refusing)->stop(2s);
+        auto next =
+            Ingest::create(options_for(broker, "ingest-full-disk"), {"t/#"}, collector.handler());
+        if (!next || !(*next)->start(5s)) return false;
+        const bool got = collector.wait_for_payload("refused");
+        (*next)->stop(2s);
+        return got;
+    });
+    if (work.wait_for(30s) != std::future_status::ready) {
+        FAIL_CHECK("stop() or create() of a Paho client blocked behind the refusing callback");
+        std::_Exit(1);  // the blocked thread cannot be joined
+    }
+    CHECK(work.get());  // and the refused message arrived on the next connection, not lost
+    const auto seen = collector.wait_for(1, 0ms);
+    REQUIRE_FALSE(seen.empty());
+    CHECK(seen[0].duplicate);
 }
 
 TEST_CASE(
