@@ -40,6 +40,7 @@ mqtt::IngestOptions ingest_options(const config::Config& config) {
     static_assert(config::SourceConfig::max_payload_bytes_limit + publish_overhead_bytes <
                   (uint64_t{1} << 28));  // MQTT's own limit: a 4-byte remaining length
     io.packet_bytes_max = static_cast<uint32_t>(packet);
+    io.subscriptions_file = config.data_dir + "/ingest-subscriptions";
     return io;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "adapters/mqtt/ingest_state.h"
+#include "adapters/mqtt/ingest_subscriptions.h"
 #include "adapters/mqtt/paho_socket.h"
 
 // Why the Paho C API and not Paho C++'s async_client: async_client's message callback always
@@ -129,6 +130,7 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
     }
     state->handler = std::move(handler);
     state->ingest_options = ingest_options;
+    record_subscriptions(*state);
 
     MQTTAsync_createOptions create = MQTTAsync_createOptions_initializer5;
     create.sendWhileDisconnected = 0;
@@ -149,6 +151,33 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
                     ": cannot set MQTT callbacks: " + paho_error(rc, nullptr));
     }
     return std::unique_ptr<Ingest>(new Ingest(std::move(state)));
+}
+
+// The record of what the session holds becomes what it held plus what this Ingest subscribes,
+// before anything is subscribed (a crash then leaves a record that holds too much, never too
+// little); stop() shrinks it once the stale filters are gone. A record that cannot be read or
+// written only costs the unsubscribing: said, not fatal.
+void Ingest::record_subscriptions(State& s) {
+    const std::string& path = s.ingest_options.subscriptions_file;
+    if (path.empty()) return;
+    auto recorded = detail::read_subscriptions(path);
+    if (!recorded) {
+        spdlog::warn("{}: {}; filters no longer in the config stay subscribed",
+                     s.options.config_name, recorded.error().message);
+        return;
+    }
+    std::vector<std::string> all = s.filters;
+    for (std::string& f : *recorded) {
+        if (std::binary_search(s.filters.begin(), s.filters.end(), f)) continue;
+        all.push_back(f);
+        s.stale_filters.push_back(std::move(f));
+    }
+    for (std::string& f : s.stale_filters)
+        s.stale_pointers.push_back(f.data());
+    if (s.stale_filters.empty() && recorded->size() == s.filters.size()) return;
+    if (auto ok = detail::write_subscriptions(path, all); !ok)
+        spdlog::warn("{}: recording the subscriptions: {}", s.options.config_name,
+                     ok.error().message);
 }
 
 Ingest::~Ingest() {
@@ -195,6 +224,16 @@ void Ingest::stop(std::chrono::milliseconds timeout) {
     // No callback waits (on_message never holds a message), so Paho answers within the
     // timeout; a message read but not yet acknowledged is redelivered on the next run.
     s.disconnect(timeout);
+    bool shrink = false;
+    {
+        std::lock_guard lock(s.mutex);
+        shrink = s.stale_gone && !s.stale_filters.empty();
+    }
+    if (shrink && !s.ingest_options.subscriptions_file.empty())
+        if (auto ok = detail::write_subscriptions(s.ingest_options.subscriptions_file, s.filters);
+            !ok)
+            spdlog::warn("{}: recording the subscriptions: {}", s.options.config_name,
+                         ok.error().message);
 }
 
 std::uint64_t Ingest::connection() const {

@@ -74,6 +74,12 @@ struct IngestOptions {
     /// it for this client and logs "Dropping too large outgoing PUBLISH"), so a huge publish is
     /// never read into memory. 0: no limit (the broker's own, up to MQTT's 256 MiB).
     std::uint32_t packet_bytes_max = 0;
+    /// Where the filters subscribed in the broker's session are recorded (a small file beside
+    /// the data). A persistent session keeps every filter ever subscribed, so a filter a new
+    /// config no longer has would still be delivered and logged, run after run: with a record,
+    /// the first connect that finds the session unsubscribes the recorded filters that are no
+    /// longer wanted. Empty: nothing is recorded or unsubscribed.
+    std::string subscriptions_file;
 };
 
 /// Operation: a persistent MQTT 5 session with the gateway broker (clean start off, a session
@@ -146,6 +152,7 @@ class Ingest {
 
   private:
     explicit Ingest(std::unique_ptr<State> state);
+    static void record_subscriptions(State& state);
     std::unique_ptr<State> state_;
 };
 

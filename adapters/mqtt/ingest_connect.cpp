@@ -75,6 +75,25 @@ void Ingest::State::on_connect_success(void* context, MQTTAsync_successData5* re
     }
     if (!subscribe) return;
     if (session_present == false) s->resubscribes.fetch_add(1, std::memory_order_relaxed);
+    bool unsubscribe = false;
+    {
+        std::lock_guard lock(s->mutex);
+        if (!session_present) s->stale_gone = true;  // nothing of the old filters is held
+        unsubscribe = session_present && !s->stale_gone && !s->stale_filters.empty();
+    }
+    if (unsubscribe) {
+        MQTTAsync_responseOptions unsub = MQTTAsync_responseOptions_initializer;
+        unsub.onSuccess5 = &State::on_unsubscribe_success;
+        unsub.onFailure5 = &State::on_unsubscribe_failure;
+        unsub.context = s;
+        const int rc = MQTTAsync_unsubscribeMany(
+            s->client, static_cast<int>(s->stale_filters.size()), s->stale_pointers.data(), &unsub);
+        if (rc != MQTTASYNC_SUCCESS)
+            spdlog::warn(
+                "{}: unsubscribing {} filter(s) no longer in the config failed: {}; "
+                "tried again on the next connect",
+                s->options.config_name, s->stale_filters.size(), paho_error(rc, nullptr));
+    }
     MQTTAsync_responseOptions sub = MQTTAsync_responseOptions_initializer;
     sub.onSuccess5 = &State::on_subscribe_success;
     sub.onFailure5 = &State::on_subscribe_failure;
@@ -145,6 +164,27 @@ void Ingest::State::on_subscribe_success(void* context, MQTTAsync_successData5* 
     if (!awaited) return;  // reported up at the CONNACK
     s->is_connected = true;
     s->set_outcome(Outcome::ok, {});
+}
+
+// Any reason code is taken as done: "no subscription existed" (0x11) included, since then the
+// session holds nothing of it either.
+void Ingest::State::on_unsubscribe_success(void* context, MQTTAsync_successData5*) {
+    auto* s = static_cast<State*>(context);
+    spdlog::info("{}: unsubscribed {} filter(s) no longer in the config", s->options.config_name,
+                 s->stale_filters.size());
+    std::lock_guard lock(s->mutex);
+    s->stale_gone = true;
+}
+
+void Ingest::State::on_unsubscribe_failure(void* context, MQTTAsync_failureData5* response) {
+    auto* s = static_cast<State*>(context);
+    if (response != nullptr && response->code == MQTTASYNC_OPERATION_INCOMPLETE) return;
+    spdlog::warn(
+        "{}: unsubscribing filters no longer in the config failed: {}; tried again on "
+        "the next start",
+        s->options.config_name,
+        response != nullptr ? paho_error(response->code, response->message)
+                            : std::string("no reason"));
 }
 
 void Ingest::State::on_subscribe_failure(void* context, MQTTAsync_failureData5* response) {

@@ -57,6 +57,12 @@ struct Ingest::State {
     bool need_reconnect = false;
     bool subscribed_once = false;  // subscribe on the first connect even if a session exists:
                                    // the filters may have changed since the last run
+    // Recorded filters (IngestOptions::subscriptions_file) no longer wanted: unsubscribed on
+    // the first connect that finds the session; `stale_gone` once they are (or the session
+    // was not there to hold them), so that stop() can shrink the record to `filters`.
+    std::vector<std::string> stale_filters;
+    std::vector<char*> stale_pointers;
+    bool stale_gone = false;
     // The connect attempt waits for the SUBACK (no session: nothing arrives before it). With
     // a session the connection is up at the CONNACK and the SUBACK comes when it comes.
     bool subscribe_awaited = false;
@@ -87,6 +93,8 @@ struct Ingest::State {
     static void on_connect_failure(void* context, MQTTAsync_failureData5* response);
     static void on_subscribe_success(void* context, MQTTAsync_successData5* response);
     static void on_subscribe_failure(void* context, MQTTAsync_failureData5* response);
+    static void on_unsubscribe_success(void* context, MQTTAsync_successData5* response);
+    static void on_unsubscribe_failure(void* context, MQTTAsync_failureData5* response);
     static void on_disconnect_done(void* context, MQTTAsync_successData5* response);
     static void on_disconnect_failed(void* context, MQTTAsync_failureData5* response);
 };

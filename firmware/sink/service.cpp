@@ -80,6 +80,8 @@ Result<std::unique_ptr<mqtt::Ingest>> start_ingest(const config::SinkConfig& con
     // Version records are retained: the broker resends them at each subscription, and the
     // versions table takes a repeat as a no-op (the same switch_ms changes nothing).
     options.accept_retained = true;
+    // Beside the spool (not in it: its directory holds segments only).
+    options.subscriptions_file = config.spool.dir + ".subscriptions";
     auto ingest = mqtt::Ingest::create(
         source_options(config), config.source.topics,
         [&spool](const mqtt::IncomingMessage& m) { return spool.handle(m); }, options);
