@@ -61,6 +61,7 @@ Result<uint64_t> EngineHost::restore_checkpoint() {
     const VersionRegistry stored = registry_;
     if (auto ok = load_from_store(); !ok) return std::unexpected(ok.error());
     if (!*cp) return writer_->first_offset();
+    checkpoint_seq_next_ = (*cp)->outbox_seq_next;
     // The backfills this start resumes (the same run as before the restart).
     for (VersionEntry& e : registry_.entries)
         if (const VersionEntry* was = stored.find(e.name);
@@ -245,6 +246,7 @@ std::expected<uint64_t, lmdb::StoreError> EngineHost::commit_state(
         return std::unexpected(committed.error());
     }
     registry_ = std::move(next);
+    checkpoint_seq_next_ = stats->seq_next;
     erase_prefixes_.clear();
     erase_keys_.clear();
     checkpoint_.log_offset = consumed_offset_;

@@ -154,6 +154,7 @@ class EngineHost {
     int64_t live_ingest_ms() const;  // the newest record the live processor read; 0 none
     uint64_t prune_bound(uint64_t seq_next) const;
     void hold_resumed_backfill(VersionEntry& entry, uint64_t checkpoint_seq);
+    Result<void> rewind_backfill(BackfillRun& run);
 
     config::Config config_;       // as wanted (reconfigure replaces it)
     config::Config live_config_;  // what processor_ runs
@@ -177,6 +178,10 @@ class EngineHost {
     // As open() found it (none: a store from before versions, or a new one): load_versions()
     // starts from it, live_version() answers from it before the plan.
     std::optional<VersionRegistry> stored_registry_;
+    // A backfill whose slice found no room waits until then (steady ms), longer each time.
+    int64_t backfill_resume_ms_ = 0;
+    int64_t backfill_wait_ms_ = 0;
+    uint64_t checkpoint_seq_next_ = 0;  // the outbox seq the last committed checkpoint recorded
     double backfill_credit_ms_ = 0;
     double backfill_read_fraction_ = 0.5;  // of a slice, reading (the rest: its commit)
     int64_t backfill_refill_ms_ = 0;

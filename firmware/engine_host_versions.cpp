@@ -271,7 +271,9 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
         slice_max_ms, backfill_credit_ms_ + static_cast<double>(now - backfill_refill_ms_) *
                                                 config_.backfill.max_share);
     backfill_refill_ms_ = now;
-    if (backfills_.empty() || !sink_->rows.empty() || backfill_credit_ms_ < 1) return 0;
+    if (backfills_.empty() || !sink_->rows.empty() || backfill_credit_ms_ < 1 ||
+        now < backfill_resume_ms_)
+        return 0;
     BackfillRun& run = *backfills_.front();
     // A slice is reading, then committing what it emitted (an outbox transaction with its
     // fsync): both are charged to the share, and the reading part gets the fraction of the
@@ -288,6 +290,11 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     run.sink().side.clear();
     auto flushed = flush();
     if (!flushed) return std::unexpected(flushed.error());
+    if (!*flushed) {
+        if (auto rewound = rewind_backfill(run); !rewound) return std::unexpected(rewound.error());
+        return *n;
+    }
+    backfill_wait_ms_ = 0;
     const int64_t slice_end = clock_.steady_ms();
     backfill_credit_ms_ -= static_cast<double>(slice_end - now);
     if (slice_end > now)
@@ -295,10 +302,60 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
             std::clamp(0.7 * backfill_read_fraction_ + 0.3 * static_cast<double>(read_end - now) /
                                                            static_cast<double>(slice_end - now),
                        0.05, 1.0);
-    if (!*flushed || run.offset() < consumed_offset_) return *n;
+    if (run.offset() < consumed_offset_) return *n;
     auto switched = switch_version(run);
     if (!switched) return std::unexpected(switched.error());
     return *n;
+}
+
+// A slice's rows found no room (the outbox at its bound with pause_ingest, the map or the disk
+// full): history must not hold the live path, nor a reload (reverting the config is how an
+// operator lets retention pass a backfill on a full disk; a reload needs a checkpoint, and a
+// checkpoint needs no results waiting: issue 24). So the slice's rows go, the run is put back
+// to its last checkpoint (its state and position as the store holds them; what it emitted since
+// is in the outbox, and its ids are held until it reads past them again, as after a restart),
+// and it waits, 1 s and then twice as long each time up to a minute, before it reads again.
+Result<void> EngineHost::rewind_backfill(BackfillRun& run) {
+    std::vector<lmdb::OutboxRow> version_rows;
+    for (lmdb::OutboxRow& row : sink_->rows)
+        if (row.version_record) version_rows.push_back(std::move(row));
+    sink_->rows.clear();
+    version_rows.insert(version_rows.end(), std::make_move_iterator(version_rows_.begin()),
+                        std::make_move_iterator(version_rows_.end()));
+    version_rows_ = std::move(version_rows);
+    backfill_wait_ms_ = std::clamp<int64_t>(backfill_wait_ms_ * 2, 1000, 60'000);
+    backfill_resume_ms_ = clock_.steady_ms() + backfill_wait_ms_;
+    VersionEntry* e = registry_.find(run.name());
+    TM_ASSERT(e && e->backfill_version == run.version());
+    hold_resumed_backfill(*e, checkpoint_seq_next_);
+    e->backfill_hold_offset = std::max(e->backfill_hold_offset, run.offset());
+    spdlog::warn(
+        "pipeline '{}': the backfill of version {} found no room for its results ({}); "
+        "it goes back to log offset {} and reads again in {} s",
+        run.name(), run.version(), alarms_.outbox(), e->backfill_offset, backfill_wait_ms_ / 1000);
+    auto definition = config::parse_pipeline_definition(e->backfill_definition);
+    if (!definition)
+        return fail("pipeline '" + e->name + "': the stored definition of version " +
+                    e->backfill_version + " no longer reads");
+    definition->spec.version = e->backfill_version;
+    auto again = BackfillRun::create(config_, *definition, writer_->options().dir,
+                                     std::max(e->backfill_offset, writer_->first_offset()),
+                                     e->backfill_from_ms);
+    if (!again) return std::unexpected(again.error());
+    BackfillRun& fresh = **again;
+    fresh.set_since_ms(e->backfill_since_ms);
+    fresh.set_resumed(true);
+    const std::string prefix = core::Engine::state_prefix(fresh.state_name());
+    auto restored = store_->for_each_state([&](std::string_view k, std::string_view v) {
+        if (k == fresh.processor().counters_key() || k.starts_with(prefix))
+            return fresh.processor().restore_entry(k, v);
+        return Result<void>{};
+    });
+    if (!restored) return fail("restoring a backfill: " + restored.error().message);
+    if (auto finished = fresh.processor().restore_finish(); !finished) return finished;
+    for (auto& slot : backfills_)
+        if (slot.get() == &run) slot = std::move(*again);
+    return {};
 }
 
 // The run is at the live position and its rows are in the outbox: in one checkpoint the live

@@ -79,7 +79,7 @@ struct IngestOptions {
     /// config no longer has would still be delivered and logged, run after run: with a record,
     /// the first connect that finds the session unsubscribes the recorded filters that are no
     /// longer wanted. Empty: nothing is recorded or unsubscribed.
-    std::string subscriptions_file;
+    std::string subscriptions_file{};
 };
 
 /// Operation: a persistent MQTT 5 session with the gateway broker (clean start off, a session
