@@ -95,7 +95,7 @@ else()
                  "using the Debian 12 dependency list")
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
       "systemd, libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, liblmdb0 (>= 0.9.24), "
-      "libpaho-mqttpp3-1 (>= 1.2.0), libpaho-mqtt1.3 (>= 1.3.12), libmosquitto1, libspdlog1.10-fmt9, libfmt9, "
+      "libpaho-mqtt1.3 (>= 1.3.12), libmosquitto1, libspdlog1.10-fmt9, libfmt9, "
       "libsimdjson14, libsystemd0, libssl3, libpq5")
 endif()
 # The gateway broker usually runs on the same host.

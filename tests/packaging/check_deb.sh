@@ -44,7 +44,7 @@ for deb in "${debs[@]}"; do
   echo "Depends: $depends"
   # Package names alone, one a line: compared as fixed strings ("libstdc++6" is no regex).
   names=$(sed -e 's/ *([^)]*)//g' -e 's/ *| */\n/g' -e 's/ *, */\n/g' <<<"$depends")
-  for p in systemd libc6 libstdc++6 liblmdb0 libpaho-mqttpp3-1 libpaho-mqtt1.3 libsystemd0 \
+  for p in systemd libc6 libstdc++6 liblmdb0 libpaho-mqtt1.3 libsystemd0 \
            libspdlog1.10-fmt9 libsimdjson14 libmosquitto1 libpq5; do
     grep -qxF "$p" <<<"$names" || fail "$deb: Depends lacks $p"
   done

@@ -61,8 +61,9 @@ TEST_CASE("the .deb installs the service layout with the right modes", "[deb]") 
         const std::string depends = control_field(deb, "Depends");
         INFO(depends);
         // The Debian runtime packages of what the binary links, and systemd for the scripts.
-        for (const char* package : {"libc6", "libstdc++6", "liblmdb0", "libpaho-mqttpp3-1",
-                                    "libpaho-mqtt1.3", "libsystemd0", "systemd"}) {
+        // Not Paho's C++ wrapper: ingest uses Paho C and health libmosquitto (issue 25).
+        for (const char* package : {"libc6", "libstdc++6", "liblmdb0", "libpaho-mqtt1.3",
+                                    "libmosquitto1", "libpq5", "libsystemd0", "systemd"}) {
             CHECK(depends.find(package) != std::string::npos);
         }
         const fs::path control = work.path() / "control";
