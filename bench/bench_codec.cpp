@@ -21,14 +21,17 @@
 // second the tail's frames are compressed into one block appended to the segment, the segment
 // fdatasynced, the tail truncated to zero).
 //
+// --flash-only: that, without the codec tables.
 // --dump DIR writes the two shapes' segment bytes to DIR/SHAPE.seg; --input FILE (repeatable)
 // measures the codecs over such files without writing a log: the arm64 build under qemu-user
 // runs that way (docs/BENCHMARKS.md has the commands).
 #include <fcntl.h>
 #include <lz4.h>
 #include <lz4hc.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zdict.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -189,6 +192,72 @@ void topic_of(uint64_t i, char* topic, size_t cap) {
     std::snprintf(topic, cap, "sensors/dev-%04d/telemetry", static_cast<int>(i % 1000));
 }
 
+// The frames of `shape` one by one (position and size in its segment bytes): anchors are full
+// frames of 136 bytes starting 0x80 0x00 (record.h), compact frames a varint length, a CRC and
+// their body.
+std::vector<std::pair<size_t, size_t>> frames_of(const Shape& shape) {
+    std::vector<std::pair<size_t, size_t>> frames;
+    const std::string& s = shape.segment;
+    size_t pos = 0;
+    while (pos < s.size()) {
+        const size_t start = pos;
+        if (s.size() - pos >= 2 && static_cast<unsigned char>(s[pos]) == 0x80 && s[pos + 1] == 0) {
+            pos += 8 + 128;
+        } else {
+            uint64_t len = 0;
+            int shift = 0;
+            while (pos < s.size()) {
+                const auto b = static_cast<unsigned char>(s[pos++]);
+                len |= uint64_t{b & 0x7fu} << shift;
+                shift += 7;
+                if (!(b & 0x80u)) break;
+            }
+            pos += 4 + len;
+        }
+        frames.emplace_back(start, std::min(pos, s.size()) - start);
+    }
+    return frames;
+}
+
+// Each frame compressed on its own with a zstd dictionary trained on the first `train` frames (the
+// other way to keep every acknowledged record in the file: small compressed frames), over the
+// frames after them; a 1-byte header per frame is counted.
+void per_frame(const Shape& s, int level) {
+    const auto frames = frames_of(s);
+    const size_t train = std::min<size_t>(20'000, frames.size() / 4);
+    std::vector<size_t> sizes;
+    std::string samples;
+    for (size_t i = 0; i < train; ++i) {
+        samples.append(s.segment, frames[i].first, frames[i].second);
+        sizes.push_back(frames[i].second);
+    }
+    std::vector<char> dict(16 << 10);
+    const size_t dict_bytes = ZDICT_trainFromBuffer(dict.data(), dict.size(), samples.data(),
+                                                    sizes.data(), static_cast<unsigned>(train));
+    if (ZDICT_isError(dict_bytes)) {
+        std::fprintf(stderr, "dictionary: %s\n", ZDICT_getErrorName(dict_bytes));
+        return;
+    }
+    ZSTD_CDict* cdict = ZSTD_createCDict(dict.data(), dict_bytes, level);
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    std::vector<char> out(ZSTD_compressBound(1 << 16));
+    uint64_t in = 0, stored = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = train; i < frames.size(); ++i) {
+        const size_t c =
+            ZSTD_compress_usingCDict(cctx, out.data(), out.size(),
+                                     s.segment.data() + frames[i].first, frames[i].second, cdict);
+        in += frames[i].second;
+        stored += 1 + (ZSTD_isError(c) ? frames[i].second : std::min(c, frames[i].second));
+    }
+    const double secs = seconds_since(t0);
+    const std::string key = "codec." + s.name + ".zstd" + std::to_string(level) + "_dict.frame";
+    std::printf("%s.ratio: %.2f ratio\n", key.c_str(), double(in) / double(stored));
+    std::printf("%s.compress_mib_per_s: %.1f MiB/s\n", key.c_str(), double(in) / 1048576.0 / secs);
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeCDict(cdict);
+}
+
 #ifdef TIDEMARK_CODEC_WITH_LOG
 Shape make_shape(const std::string& name, uint64_t records, const std::string& scratch) {
     using namespace tidemark;
@@ -228,6 +297,15 @@ Shape make_shape(const std::string& name, uint64_t records, const std::string& s
     return shape;
 }
 
+// This process's user + system CPU time: the write pattern's own cost per record (syscalls,
+// copies, compression) beside today's.
+double cpu_seconds() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 struct Io {
     uint64_t write_bytes = 0, cancelled = 0;
 };
@@ -244,33 +322,6 @@ Io read_io() {
     return io;
 }
 
-// The frames of `shape` one by one (position and size in its segment bytes): anchors are full
-// frames of 136 bytes starting 0x80 0x00 (record.h), compact frames a varint length, a CRC and
-// their body.
-std::vector<std::pair<size_t, size_t>> frames_of(const Shape& shape) {
-    std::vector<std::pair<size_t, size_t>> frames;
-    const std::string& s = shape.segment;
-    size_t pos = 0;
-    while (pos < s.size()) {
-        const size_t start = pos;
-        if (s.size() - pos >= 2 && static_cast<unsigned char>(s[pos]) == 0x80 && s[pos + 1] == 0) {
-            pos += 8 + 128;
-        } else {
-            uint64_t len = 0;
-            int shift = 0;
-            while (pos < s.size()) {
-                const auto b = static_cast<unsigned char>(s[pos++]);
-                len |= uint64_t{b & 0x7fu} << shift;
-                shift += 7;
-                if (!(b & 0x80u)) break;
-            }
-            pos += 4 + len;
-        }
-        frames.emplace_back(start, std::min(pos, s.size()) - start);
-    }
-    return frames;
-}
-
 void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
     const std::string dir = scratch + "/codec-flash";
     std::filesystem::remove_all(dir);
@@ -281,6 +332,7 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
     if (seg < 0 || tail < 0) std::exit(1);
     ::sync();
     const Io before = read_io();
+    const double cpu_before = cpu_seconds();
     uint64_t seg_end = 0, tail_end = 0, done = 0;
     std::string block;
     std::vector<char> out(1 << 22);
@@ -312,6 +364,7 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
         if (++done % 1000 == 0) seal();
     }
     seal();
+    const double cpu = cpu_seconds() - cpu_before;
     ::sync();
     const Io after = read_io();
     const double payload = static_cast<double>(shape.payload_bytes);
@@ -326,6 +379,8 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
             payload);
     std::printf("codec.flash.%s.disk_bytes_per_payload_byte: %.3f ratio\n", name.c_str(),
                 double(seg_end) / payload);
+    std::printf("codec.flash.%s.cpu_us_per_record: %.2f us\n", name.c_str(),
+                cpu * 1e6 / double(frames.size()));
     ::close(seg);
     ::close(tail);
     std::filesystem::remove_all(dir);
@@ -337,12 +392,13 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
 int main(int argc, char** argv) {
     uint64_t records = 300'000;
     int runs = 5;
-    bool do_flash = false;
+    bool do_flash = false, flash_only = false;
     std::string dump;
     std::vector<std::string> inputs;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--flash") do_flash = true;
+        if (a == "--flash-only") do_flash = flash_only = true;
         if (i + 1 < argc) {
             if (a == "--records") records = std::strtoull(argv[i + 1], nullptr, 10);
             if (a == "--runs") runs = std::atoi(argv[i + 1]);
@@ -383,6 +439,7 @@ int main(int argc, char** argv) {
         return 2;
 #endif
     }
+    if (flash_only) return 0;
     const auto all = codecs();
     for (const auto& s : shapes) {
         if (s.records > 0)
@@ -412,6 +469,8 @@ int main(int argc, char** argv) {
                 }
             }
         }
+        for (int level : {1, 3})
+            per_frame(s, level);
         if (s.name == "telemetry" && s.records > 0) {
             const double per_day =
                 100.0 * 200.0 * 86400.0 * double(s.segment.size()) / double(s.payload_bytes);
