@@ -168,30 +168,6 @@ std::string read_file(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// payload for record i of a shape; returns its length
-int make_payload(const std::string& shape, uint64_t i, int64_t t, std::mt19937_64& rng, char* p,
-                 size_t cap) {
-    const int dev = static_cast<int>(i % 1000);
-    if (shape == "telemetry")
-        return std::snprintf(p, cap,
-                             "{\"ts\":%lld,\"seq\":%llu,\"temp\":%d.%02d,\"hum\":%d.5,"
-                             "\"fw\":\"1.4.2\",\"rssi\":-%d}",
-                             static_cast<long long>(t - 200), static_cast<unsigned long long>(i),
-                             18 + dev % 10, static_cast<int>(i % 100), 40 + dev % 20,
-                             60 + dev % 30);
-    std::uniform_real_distribution<double> u(-100.0, 100.0);
-    return std::snprintf(p, cap,
-                         "{\"ts\":%lld,\"id\":\"%016llx\",\"v\":[%.4f,%.4f,%.4f,%.4f,%.4f,%.4f],"
-                         "\"rssi\":-%d}",
-                         static_cast<long long>(t - static_cast<int64_t>(rng() % 5000)),
-                         static_cast<unsigned long long>(rng()), u(rng), u(rng), u(rng), u(rng),
-                         u(rng), u(rng), static_cast<int>(40 + rng() % 60));
-}
-
-void topic_of(uint64_t i, char* topic, size_t cap) {
-    std::snprintf(topic, cap, "sensors/dev-%04d/telemetry", static_cast<int>(i % 1000));
-}
-
 // The frames of `shape` one by one (position and size in its segment bytes): anchors are full
 // frames of 136 bytes starting 0x80 0x00 (record.h), compact frames a varint length, a CRC and
 // their body.
@@ -259,6 +235,30 @@ void per_frame(const Shape& s, int level) {
 }
 
 #ifdef TIDEMARK_CODEC_WITH_LOG
+// payload for record i of a shape; returns its length
+int make_payload(const std::string& shape, uint64_t i, int64_t t, std::mt19937_64& rng, char* p,
+                 size_t cap) {
+    const int dev = static_cast<int>(i % 1000);
+    if (shape == "telemetry")
+        return std::snprintf(p, cap,
+                             "{\"ts\":%lld,\"seq\":%llu,\"temp\":%d.%02d,\"hum\":%d.5,"
+                             "\"fw\":\"1.4.2\",\"rssi\":-%d}",
+                             static_cast<long long>(t - 200), static_cast<unsigned long long>(i),
+                             18 + dev % 10, static_cast<int>(i % 100), 40 + dev % 20,
+                             60 + dev % 30);
+    std::uniform_real_distribution<double> u(-100.0, 100.0);
+    return std::snprintf(p, cap,
+                         "{\"ts\":%lld,\"id\":\"%016llx\",\"v\":[%.4f,%.4f,%.4f,%.4f,%.4f,%.4f],"
+                         "\"rssi\":-%d}",
+                         static_cast<long long>(t - static_cast<int64_t>(rng() % 5000)),
+                         static_cast<unsigned long long>(rng()), u(rng), u(rng), u(rng), u(rng),
+                         u(rng), u(rng), static_cast<int>(40 + rng() % 60));
+}
+
+void topic_of(uint64_t i, char* topic, size_t cap) {
+    std::snprintf(topic, cap, "sensors/dev-%04d/telemetry", static_cast<int>(i % 1000));
+}
+
 Shape make_shape(const std::string& name, uint64_t records, const std::string& scratch) {
     using namespace tidemark;
     const std::string dir = scratch + "/codec-" + name;
@@ -390,9 +390,10 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    uint64_t records = 300'000;
+    [[maybe_unused]] uint64_t records = 300'000;
     int runs = 5;
-    bool do_flash = false, flash_only = false;
+    [[maybe_unused]] bool do_flash = false;
+    bool flash_only = false;
     std::string dump;
     std::vector<std::string> inputs;
     for (int i = 1; i < argc; ++i) {
