@@ -1,9 +1,13 @@
 // storage.bytes_written_per_payload_byte: bytes the process writes (log, LMDB state, outbox,
 // checkpoints) per payload byte accepted, over a steady run with windows firing, as the
-// kernel accounts them in /proc/self/io. No broker: records are appended as ingest would.
-// storage.recovery_ms: then the process "crashes" (the service is dropped without a last
-// checkpoint, at the end of a checkpoint interval: the most log a restart can have to replay)
-// and a new one opens the data directory and recovers: open + replay to the log's end.
+// kernel accounts them in /proc/self/io: write_bytes less cancelled_write_bytes (write_bytes is
+// counted when a page is dirtied; a dirty page truncated before writeback never reaches the
+// device and is counted back in cancelled_write_bytes: 0 for today's log, which never truncates
+// what it wrote, but not for a log that stages records in a file it truncates). No broker: records
+// are appended as ingest would. storage.recovery_ms: then the process "crashes" (the service is
+// dropped without a last checkpoint, at the end of a checkpoint interval: the most log a restart
+// can have to replay) and a new one opens the data directory and recovers: open + replay to the
+// log's end.
 //
 // The stream: 1000 devices, one ~100-byte JSON message each per second of event time, a 1-minute
 // tumbling pipeline (count, mean, max), checkpoints every 60 s of ingest time (the default;
@@ -27,7 +31,7 @@ using namespace tidemark;
 namespace {
 
 struct Io {
-    uint64_t wchar = 0, write_bytes = 0;
+    uint64_t wchar = 0, write_bytes = 0, cancelled_write_bytes = 0;
 };
 
 Io read_io() {
@@ -38,6 +42,7 @@ Io read_io() {
     while (in >> k >> v) {
         if (k == "wchar:") io.wchar = v;
         if (k == "write_bytes:") io.write_bytes = v;
+        if (k == "cancelled_write_bytes:") io.cancelled_write_bytes = v;
     }
     return io;
 }
@@ -133,13 +138,16 @@ int main(int argc, char** argv) {
     }
     ::sync();
     const Io after = read_io();
-    const double written = static_cast<double>(after.write_bytes - before.write_bytes);
+    const double cancelled =
+        static_cast<double>(after.cancelled_write_bytes - before.cancelled_write_bytes);
+    const double written = static_cast<double>(after.write_bytes - before.write_bytes) - cancelled;
     const double passed = static_cast<double>(after.wchar - before.wchar);
     std::printf(
         "# %llu records, checkpoint every %lld ms of ingest time, %.1f MiB of payload; "
-        "write_bytes %.1f MiB, wchar %.1f MiB\n",
+        "write_bytes less cancelled_write_bytes %.1f MiB (cancelled %.1f MiB), wchar %.1f MiB\n",
         static_cast<unsigned long long>(records), static_cast<long long>(checkpoint_ms),
-        double(payload_bytes) / 1048576.0, written / 1048576.0, passed / 1048576.0);
+        double(payload_bytes) / 1048576.0, written / 1048576.0, cancelled / 1048576.0,
+        passed / 1048576.0);
     std::printf("storage.bytes_written_per_payload_byte: %.2f ratio\n",
                 written / static_cast<double>(payload_bytes));
     std::printf("storage.wchar_per_payload_byte: %.2f ratio\n",

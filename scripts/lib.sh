@@ -14,6 +14,7 @@ TIDEMARK_PACKAGES=(
   libssl-dev openssl
   dpkg-dev
   libpq-dev postgresql-15
+  libzstd-dev liblz4-dev
 )
 
 # Installs what is missing; quick when everything is there already.
@@ -56,6 +57,7 @@ TIDEMARK_TARGET_PACKAGES=(
   liblmdb-dev libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev libsimdjson-dev
   libsystemd-dev libssl-dev libpq-dev
+  libzstd-dev liblz4-dev
 )
 TIDEMARK_TARGET_SOURCES=(
   "deb http://deb.debian.org/debian bookworm main"

@@ -85,17 +85,20 @@ struct RetentionResult {
 /// to guard a case the writer sees itself when it happens. Limits of the cut: if the ftruncate
 /// fails too (the error says so), or the process is killed between the failed fdatasync and
 /// the cut, a restart may read records the disk does not hold.
-/// Concurrency: append() and maybe_sync() are meant for one thread (the ingest callback);
-/// sync(), apply_retention(), stats() and poison_error() may be called from other threads at
-/// the same time (a mutex serialises them; sync() runs its fdatasync outside it, on a file
-/// description of its own, so a checkpoint's sync does not stall ingest and a writeback error
-/// is reported to every caller that syncs). end_offset(), durable_offset(), first_offset(),
-/// total_bytes(), oldest_ingest_ms() and poisoned() are lock-free. Readers in other threads or
-/// processes may tail the files at the same time (LogReader). Only one writer may own a
-/// directory; this is not enforced (the runtime holds its own lock on data_dir).
-/// Limits: a record body is at most record_body_bytes_max, a topic at most topic_bytes_max; the
-/// payload of a malformed record is cut to malformed_payload_bytes_max. Memory is one entry per
-/// segment, and the active segment's topic dictionary (topic_ids_max topics,
+/// Concurrency: every call may come from any thread. append() and append_malformed() hold a
+/// mutex for the whole append, so concurrent appends are serialised and each gets the offset of
+/// its own frame (the firmware appends from three threads: the MQTT callback's messages, the
+/// ticker's idle ticks and the service loop's clock markers; its LogAppender serialises them too,
+/// for the redelivery filter). maybe_sync() from two threads at once may sync twice, never wrongly.
+/// sync(), apply_retention(), stats() and poison_error() take the same mutex (sync() runs its
+/// fdatasync outside it, on a file description of its own, so a checkpoint's sync does not
+/// stall ingest and a writeback error is reported to every caller that syncs). end_offset(),
+/// durable_offset(), first_offset(), total_bytes(), oldest_ingest_ms() and poisoned() are
+/// lock-free. Readers in other threads or processes may tail the files at the same time
+/// (LogReader). Only one writer may own a directory; this is not enforced (the runtime holds its
+/// own lock on data_dir). Limits: a record body is at most record_body_bytes_max, a topic at most
+/// topic_bytes_max; the payload of a malformed record is cut to malformed_payload_bytes_max. Memory
+/// is one entry per segment, and the active segment's topic dictionary (topic_ids_max topics,
 /// topic_dictionary_bytes_max bytes of topics: past either, a new segment starts). open() looks for
 /// damage only in the newest segment; older ones are checked by readers as they pass. Age retention
 /// uses the newest ingest time of a segment, which for segments written before open() is bounded by
