@@ -22,12 +22,38 @@ namespace {
 constexpr double quantiles_reported[] = {0.5, 0.9, 0.99, 0.999, 0.9999};
 constexpr int64_t fixed_delays_ms[] = {0,      1'000,   2'000,   5'000,   10'000,    30'000,
                                        60'000, 120'000, 300'000, 600'000, 1'800'000, 3'600'000};
-// Upper edges of the histogram's log-scale buckets (1-2-5 steps), after one bucket for negative
-// lag; the last bucket is open above.
-constexpr int64_t bucket_edges_ms[] = {1,         2,         5,         10,        20,      50,
-                                       100,       200,       500,       1'000,     2'000,   5'000,
-                                       10'000,    20'000,    50'000,    100'000,   200'000, 500'000,
-                                       1'000'000, 2'000'000, 5'000'000, 10'000'000};
+// Upper edges of the histogram's log-scale buckets, after one bucket for negative lag; the last
+// bucket is open above. 1-2-5 steps in the unit of the edge (ms, s, m, h, then a day), so that
+// every label is a round figure a person would write ("2m .. 5m", issue 29), not a 1-2-5 step
+// in milliseconds printed in minutes ("1.667m .. 3.333m").
+constexpr int64_t second_ms = 1'000, minute_ms = 60'000, hour_ms = 3'600'000;
+constexpr int64_t bucket_edges_ms[] = {1,
+                                       2,
+                                       5,
+                                       10,
+                                       20,
+                                       50,
+                                       100,
+                                       200,
+                                       500,  // ms
+                                       1 * second_ms,
+                                       2 * second_ms,
+                                       5 * second_ms,
+                                       10 * second_ms,
+                                       20 * second_ms,
+                                       50 * second_ms,
+                                       1 * minute_ms,
+                                       2 * minute_ms,
+                                       5 * minute_ms,
+                                       10 * minute_ms,
+                                       20 * minute_ms,
+                                       50 * minute_ms,
+                                       1 * hour_ms,
+                                       2 * hour_ms,
+                                       5 * hour_ms,
+                                       10 * hour_ms,
+                                       20 * hour_ms,
+                                       24 * hour_ms};
 constexpr size_t bucket_count = 1 + std::size(bucket_edges_ms) + 1;
 // Per-partition sketches are only listed, so they are coarser than the pipeline's.
 constexpr uint32_t partition_sketch_buckets_max = 256;
@@ -372,6 +398,21 @@ std::string human_ms(double ms) {
     return buf;
 }
 
+// A bucket edge in its own unit: every edge is a whole number of one ("500ms", "20s", "5m",
+// "1d"); the lowest, below every negative lag, may be any number of milliseconds.
+std::string edge_label(int64_t ms) {
+    struct Unit {
+        int64_t ms;
+        const char* name;
+    };
+    static constexpr Unit units[] = {
+        {24 * hour_ms, "d"}, {hour_ms, "h"}, {minute_ms, "m"}, {second_ms, "s"}};
+    if (ms == 0) return "0";
+    for (const Unit& u : units)
+        if (ms % u.ms == 0) return std::to_string(ms / u.ms) + u.name;
+    return std::to_string(ms) + "ms";
+}
+
 }  // namespace
 
 namespace {
@@ -420,14 +461,18 @@ void format_histogram(const AdviseReport& r, int bar_columns, std::ostream& out)
     }
     for (size_t i = lo; i <= hi && i < r.histogram.size(); ++i) {
         const LagBucket& b = r.histogram[i];
+        // A run of empty buckets between the first and the last that hold anything is one line.
+        size_t last = i;
+        while (b.count == 0 && last + 1 <= hi && r.histogram[last + 1].count == 0)
+            ++last;
+        const int64_t upper_ms = r.histogram[last].upper_ms;
         std::string label;
         if (i == 0)
             label = "< 0";
-        else if (b.upper_ms == INT64_MAX)
-            label = ">= " + human_ms(static_cast<double>(b.lower_ms));
+        else if (upper_ms == INT64_MAX)
+            label = ">= " + edge_label(b.lower_ms);
         else
-            label = human_ms(static_cast<double>(b.lower_ms)) + " .. " +
-                    human_ms(static_cast<double>(b.upper_ms));
+            label = edge_label(b.lower_ms) + " .. " + edge_label(upper_ms);
         // A bucket that holds anything gets at least one '#', so that rare lags stay visible.
         const int width =
             b.count == 0 ? 0
@@ -437,6 +482,7 @@ void format_histogram(const AdviseReport& r, int bar_columns, std::ostream& out)
                       bar_columns, std::string(static_cast<size_t>(width), '#').c_str(),
                       static_cast<unsigned long long>(b.count), percent(b.count, r.events));
         out << line;
+        i = last;
     }
 }
 

@@ -182,6 +182,41 @@ TEST_CASE("advise prints the quantiles, a histogram and the recommendation") {
     CHECK(capture.text() == text);
 }
 
+TEST_CASE("advise labels its buckets in round units and folds empty ones into a line") {
+    Generated g;
+    generate(g);
+    auto report = firmware::advise_log(g.config.pipelines[0], g.dir.path() + "/log", 99.9);
+    REQUIRE(report);
+    // The generated lags reach about a minute at most; put a few events far beyond them, so that
+    // the buckets between hold nothing.
+    REQUIRE(report->histogram.size() > 3);
+    auto far = std::find_if(report->histogram.begin(), report->histogram.end(),
+                            [](const firmware::LagBucket& b) { return b.lower_ms >= 3'600'000; });
+    REQUIRE(far != report->histogram.end());
+    REQUIRE(far->count == 0);
+    far->count = 3;
+    const std::string text = firmware::format_advise_report(*report, 60);
+    INFO(text);
+    const std::string histogram = text.substr(text.find("lag distribution"));
+    // Round labels: "2s .. 5s", "1h .. 2h"; never a fraction of a unit.
+    CHECK(histogram.find("200ms .. 500ms") != std::string::npos);
+    CHECK(histogram.find("2s .. 5s") != std::string::npos);
+    CHECK(histogram.find("1h .. 2h") != std::string::npos);
+    size_t lines = 0, empty_lines = 0;
+    for (size_t at = 0, end; (end = histogram.find('\n', at)) != std::string::npos; at = end + 1) {
+        const std::string line = histogram.substr(at, end - at);
+        if (line.find(" |") == std::string::npos) continue;
+        ++lines;
+        CHECK(line.find('.') == line.find(".."));  // no decimal point in the label
+        if (line.find(" 0 (0 %)") != std::string::npos) ++empty_lines;
+    }
+    // The empty buckets between the generated lags and the far ones are one line, from where
+    // the lags end to one hour.
+    CHECK(empty_lines == 1);
+    CHECK(histogram.find(" .. 1h ") != std::string::npos);
+    CHECK(lines < 20);
+}
+
 TEST_CASE("advise says so when the log holds no events of the pipeline") {
     test::TempDir dir("tidemark-advise-empty");
     const std::string config_path = dir.path() + "/config.json";
