@@ -17,6 +17,7 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/health_report.cpp
   ${CMAKE_CURRENT_LIST_DIR}/log_appender.cpp
   ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prometheus_text.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replay.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/adapter_options.cpp

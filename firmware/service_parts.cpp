@@ -16,6 +16,7 @@
 #include "firmware/clock.h"
 #include "firmware/health_report.h"
 #include "firmware/notify.h"
+#include "firmware/prometheus_text.h"
 #include "firmware/result_sinks.h"
 
 namespace tidemark::firmware {
@@ -55,6 +56,10 @@ struct ServiceParts::Impl {
     uint64_t upstream_acks_seen = 0;
     std::vector<std::string> alarms_published;  // the alarms of the last refresh
     int64_t upstream_acks_since_ms = 0;
+    // health.prometheus_textfile: when it was last written (steady), and whether that failed
+    // (logged once per failing spell). Engine thread only.
+    std::optional<int64_t> textfile_written_ms;
+    bool textfile_failing = false;
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";  // under health_mutex
@@ -223,6 +228,7 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     f.alarms = alarms.alarms;
     std::string text = health_record_json(f);
     std::string status = firmware::status_line(alarms.alarms, m.forwarder.get());
+    write_prometheus_textfile(text, alarms.alarms != m.alarms_published);
     {
         std::lock_guard<std::mutex> lk(m.health_mutex);
         m.health_json = std::move(text);
@@ -233,6 +239,28 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     if (alarms.alarms != m.alarms_published) {
         m.alarms_published = alarms.alarms;
         if (m.health) m.health->publish_now();
+    }
+}
+
+// Every health interval, and at once when an alarm is raised or cleared, as the health topic.
+void ServiceParts::write_prometheus_textfile(const std::string& health_json, bool alarms_changed) {
+    Impl& m = *impl_;
+    const std::string& path = m.config.health.prometheus_textfile;
+    if (path.empty()) return;
+    const int64_t now = m.clock.steady_ms();
+    if (!alarms_changed && m.textfile_written_ms &&
+        now - *m.textfile_written_ms < m.config.health.interval_ms)
+        return;
+    m.textfile_written_ms = now;
+    auto text = prometheus_text(health_json);
+    TM_ASSERT(text);  // the record was just rendered
+    if (auto written = write_textfile(path, *text); !written) {
+        if (!m.textfile_failing)
+            spdlog::warn("{} (retried every health interval)", written.error().message);
+        m.textfile_failing = true;
+    } else {
+        if (m.textfile_failing) spdlog::info("health.prometheus_textfile: {} written again", path);
+        m.textfile_failing = false;
     }
 }
 

@@ -84,7 +84,9 @@ class ServiceParts {
     Result<void> start_forwarder();
     Result<void> start_health();
     /// Builds the health report (README, "Health") from what the parts and `ingest` (null while
-    /// it is not started) say now; the publisher sends the latest one.
+    /// it is not started) say now; the publisher sends the latest one. With
+    /// health.prometheus_textfile, the same figures go to that file every health interval and
+    /// when an alarm changes (a failure to write it is logged, never fatal).
     void refresh_health(const mqtt::Ingest* ingest);
     /// The latest report, as published ("{}" before the first refresh_health).
     std::string health_json() const;
@@ -100,6 +102,7 @@ class ServiceParts {
     void stop_clients();
 
   private:
+    void write_prometheus_textfile(const std::string& health_json, bool alarms_changed);
     struct Impl;
     explicit ServiceParts(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

@@ -15,6 +15,7 @@ TIDEMARK_PACKAGES=(
   dpkg-dev
   libpq-dev postgresql-15
   libzstd-dev liblz4-dev
+  prometheus prometheus-node-exporter
 )
 
 # Installs what is missing; quick when everything is there already.

@@ -167,6 +167,9 @@ struct UpstreamConfig {
 struct HealthConfig {
     std::string topic = "tidemark/{node_id}/health";  // status (LWT) goes to "<topic>/status"
     int64_t interval_ms = 10'000;
+    /// Where the same figures go in Prometheus's text format, rewritten every interval, for
+    /// node_exporter's textfile collector (an absolute path ending in ".prom"); empty: none.
+    std::string prometheus_textfile;
 };
 
 struct Config {

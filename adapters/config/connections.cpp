@@ -300,10 +300,22 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
 void read_health(Checker& c, const Json& root, HealthConfig& health) {
     Section s = c.section(root, "", "health",
                           R"({"topic": "tidemark/{node_id}/health", "interval": "10s"})",
-                          {"topic", "interval"});
+                          {"topic", "interval", "prometheus_textfile"});
     if (!s) return;
     read_topic_template(c, s, "topic", health.topic, {"node_id"});
     c.read_duration(*s, s.pointer, "interval", health.interval_ms, true);
+    if (s->contains("prometheus_textfile") &&
+        c.read_string(*s, s.pointer, "prometheus_textfile", health.prometheus_textfile)) {
+        const std::string& path = health.prometheus_textfile;
+        // node_exporter's textfile collector reads only *.prom files of its directory.
+        if (!path.starts_with('/') || !path.ends_with(".prom") || path.size() <= 6 ||
+            path.ends_with("/.prom"))
+            c.error(s.pointer + "/prometheus_textfile",
+                    in_quotes(path) +
+                        " must be an absolute path to a file ending in .prom (node_exporter's "
+                        "textfile collector reads only those), e.g. "
+                        "/var/lib/prometheus/node-exporter/tidemark.prom");
+    }
 }
 
 }  // namespace detail
