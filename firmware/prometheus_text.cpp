@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -210,13 +211,19 @@ Result<std::string> prometheus_text(std::string_view health_json) {
         out += '{' + node + "} " + value + '\n';
     }
     header(out, "tidemark_alarm", "gauge",
-           "1 for each alarm raised now (the text before any ':' of its health entry).");
+           "1 for each alarm raised now (the text before any ':' of its health entry; "
+           "too_late with its pipeline).");
+    std::set<std::string> alarm_samples;  // a series once, however many entries name it
     if (const json* alarms = at(h, "/alarms"); alarms && alarms->is_array())
         for (const json& a : *alarms) {
             if (!a.is_string()) continue;
             const std::string text = a.get<std::string>();
-            out += "tidemark_alarm{" + node + ",alarm=\"" +
-                   label_value(text.substr(0, text.find(':'))) + "\"} 1\n";
+            const size_t colon = text.find(':');
+            const std::string name = text.substr(0, colon);
+            std::string labels = node + ",alarm=\"" + label_value(name) + "\"";
+            if (name == "too_late" && colon != std::string::npos && colon + 2 <= text.size())
+                labels += ",pipeline=\"" + label_value(text.substr(colon + 2)) + "\"";
+            if (alarm_samples.insert(labels).second) out += "tidemark_alarm{" + labels + "} 1\n";
         }
 
     std::vector<std::pair<std::string, const json*>> pipelines;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 
 #include "adapters/lmdb/store.h"
@@ -18,6 +19,7 @@
 #include "firmware/notify.h"
 #include "firmware/prometheus_text.h"
 #include "firmware/result_sinks.h"
+#include "firmware/too_late_alarm.h"
 
 namespace tidemark::firmware {
 
@@ -59,6 +61,8 @@ struct ServiceParts::Impl {
     // health.prometheus_textfile: when it was last written (steady), and whether that failed
     // (logged once per failing spell). Engine thread only.
     std::optional<int64_t> textfile_written_ms;
+    // late.alarm, per configured pipeline (bounded by the config's pipelines). Engine thread.
+    std::map<std::string, TooLateWatch, std::less<>> too_late_watches;
     bool textfile_failing = false;
 
     mutable std::mutex health_mutex;
@@ -183,14 +187,21 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     const std::vector<BackfillFigures> backfills = host.backfill_figures();
     std::vector<std::string> versions;  // pf.version views them
     versions.reserve(m.config.pipelines.size());
+    std::map<std::string, TooLateWatch, std::less<>> watches;  // the configured pipelines' only
     for (const config::PipelineConfig& p : m.config.pipelines) {
         PipelineFigures pf;
         pf.name = p.spec.name;
         const int live = host.processor().engine().find_pipeline(p.spec.name);
+        TooLateWatch& watch = watches[p.spec.name];
+        if (auto old = m.too_late_watches.find(p.spec.name); old != m.too_late_watches.end())
+            watch = std::move(old->second);
         if (live >= 0) {
             const auto i = static_cast<uint32_t>(live);
             pf.stats = &host.processor().engine().stats(i);
             pf.decode = &host.processor().decode_counters()[i];
+            if (watch.update(m.clock.steady_ms(), pf.stats->events_in, pf.stats->too_late,
+                             p.too_late_alarm))
+                alarms.alarms.push_back("too_late: " + p.spec.name);
         }
         pf.version = versions.emplace_back(host.live_version(p.spec.name));
         for (const BackfillFigures& b : backfills)
@@ -199,6 +210,7 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
             if (s.pipeline == p.spec.name) pf.switched = &s;
         f.pipelines.push_back(pf);
     }
+    m.too_late_watches = std::move(watches);
     f.last_reload = m.last_reload;
     f.ingest = ingest;
     f.ingest_counters = {m.redeliveries_skipped.load(), m.alarms.append_errors(),

@@ -59,6 +59,14 @@ struct PipelineConfig {
     /// a new version backfills from the oldest retained log record.
     std::optional<int64_t> backfill_from_age_ms;
     std::optional<int64_t> backfill_from_ms;
+    /// late.alarm: health raises `too_late: NAME` while more than this share of the events of
+    /// the last `over` were too late (and there were at least 1 / share of them); off when
+    /// `alarm: false`. Operations only: not part of the version.
+    struct TooLateAlarm {
+        bool enabled = true;
+        double share = 0.01;
+        int64_t over_ms = 300'000;
+    } too_late_alarm;
 };
 
 /// How a new pipeline version's backfill shares the process with live work.

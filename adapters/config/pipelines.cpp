@@ -213,10 +213,26 @@ void read_watermark(Checker& c, const Json& pipeline, const std::string& pointer
         {{"global", core::WatermarkScope::global}, {"partition", core::WatermarkScope::partition}});
 }
 
-void read_late(Checker& c, const Json& pipeline, const std::string& pointer, core::LateSpec& late) {
-    Section s = c.section(pipeline, pointer, "late", R"({"allowed_lateness": "10m"})",
-                          {"allowed_lateness", "too_late", "corrections"});
+void read_too_late_alarm(Checker& c, const Section& late, PipelineConfig::TooLateAlarm& alarm) {
+    const Json* j = Checker::member(*late, "alarm");
+    if (!j) return;
+    if (j->is_boolean() && !j->get<bool>()) {
+        alarm.enabled = false;
+        return;
+    }
+    Section s = c.section(*late, late.pointer, "alarm", R"({"share": 0.01, "over": "5m"} or false)",
+                          {"share", "over"});
     if (!s) return;
+    c.read_fraction(*s, s.pointer, "share", alarm.share, 0, 1, true);
+    c.read_duration(*s, s.pointer, "over", alarm.over_ms, true);
+}
+
+void read_late(Checker& c, const Json& pipeline, const std::string& pointer, PipelineConfig& out) {
+    core::LateSpec& late = out.spec.late;
+    Section s = c.section(pipeline, pointer, "late", R"({"allowed_lateness": "10m"})",
+                          {"allowed_lateness", "too_late", "corrections", "alarm"});
+    if (!s) return;
+    read_too_late_alarm(c, s, out.too_late_alarm);
     c.read_duration(*s, s.pointer, "allowed_lateness", late.allowed_lateness_ms, false);
     c.read_choice(*s, s.pointer, "too_late", late.too_late,
                   {{"drop", core::TooLate::drop}, {"side_output", core::TooLate::side_output}});
@@ -389,7 +405,7 @@ void read_pipeline(Checker& c, const Json& j, const std::string& p, PipelineConf
     read_fields(c, j, p, out);
     read_window(c, j, p, out.spec.window);
     read_watermark(c, j, p, out.spec.watermark);
-    read_late(c, j, p, out.spec.late);
+    read_late(c, j, p, out);
     read_aggregates(c, j, p, out);
     read_quantile_options(c, j, p, out.spec.quantile);
     read_limits(c, j, p, out.spec.limits);
