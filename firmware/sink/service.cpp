@@ -82,6 +82,9 @@ Result<std::unique_ptr<mqtt::Ingest>> start_ingest(const config::SinkConfig& con
     options.accept_retained = true;
     // Beside the spool (not in it: its directory holds segments only).
     options.subscriptions_file = config.spool.dir + ".subscriptions";
+    options.protocol = config.source.protocol == config::SinkProtocol::v3_1_1
+                           ? mqtt::MqttVersion::v3_1_1
+                           : mqtt::MqttVersion::v5;
     auto ingest = mqtt::Ingest::create(
         source_options(config), config.source.topics,
         [&spool](const mqtt::IncomingMessage& m) { return spool.handle(m); }, options);

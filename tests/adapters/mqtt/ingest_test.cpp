@@ -567,8 +567,8 @@ TEST_CASE("broker restart: ingest reconnects, keeps receiving, and queued messag
 TEST_CASE("bad settings and refused connections are errors that say what to fix", "[ingest]") {
     Collector collector;
     BrokerOptions bad;
-    bad.host = "127.0.0.1";
-    bad.port = 0;  // the scheme of a uri is the config's check (config_readers_test)
+    bad.addresses = {{false, "127.0.0.1",
+                      0}};  // the scheme of a uri is the config's check (config_readers_test)
     bad.client_id = "x";
     bad.config_name = "source";
     auto created = Ingest::create(bad, {"t"}, collector.handler());
