@@ -8,6 +8,7 @@
 // failovers. One cluster for the whole run (CI's budget).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -215,6 +216,34 @@ TEST_CASE("a fleet fails over across a nats cluster and two sinks share its resu
     std::string first;
     const bool a_done = eventually(
         [&] { return missing(expected, current_windows(pg), share_a, &first) == 0; }, 120s);
+    if (!a_done) {
+        std::map<std::string, size_t> per_node;
+        std::set<int64_t> phases;
+        const Windows got = current_windows(pg);
+        for (const auto& [id, value] : expected) {
+            auto it = got.find(id);
+            if (it != got.end() && it->second == value) continue;
+            ++per_node[std::get<0>(id)];
+            phases.insert((std::get<2>(id) - t0) / step_ms / 40);
+        }
+        for (const auto& [node, n] : per_node)
+            UNSCOPED_INFO(node << ": " << n << " windows wrong");
+        for (const int64_t p : phases)
+            UNSCOPED_INFO("phase " << p + 1 << " has wrong windows");
+        for (const auto& [node, h] : newest_health())
+            UNSCOPED_INFO(node << " outbox " << h["outbox"].dump() << " upstream "
+                               << h["upstream"].dump());
+        std::string gw0;
+        for (const auto& [id, value] : expected) {
+            if (std::get<0>(id) != "gw-00") continue;
+            auto it = got.find(id);
+            gw0 += std::get<1>(id) + "@" + std::to_string((std::get<2>(id) - t0) / 1000) +
+                   "s:" + std::to_string(value.first) + "/" +
+                   (it == got.end() ? std::string("-") : std::to_string(it->second.first)) + " ";
+        }
+        UNSCOPED_INFO("gw-00 windows (expected n / found n): " << gw0);
+        UNSCOPED_INFO("gw-00 log:\n" << gateways[0].daemon->log());
+    }
     INFO("sink-a's share: " << first << "\nsink-a log:\n" << sink_a.log());
     REQUIRE(a_done);
     CHECK(missing(expected, current_windows(pg), share_b) > 0);  // nobody wrote sink-b's share
@@ -237,6 +266,18 @@ TEST_CASE("a fleet fails over across a nats cluster and two sinks share its resu
             return h["outbox"]["rows"] == 0 && h["upstream"]["failovers"].get<int64_t>() >= 1;
         },
         60s, "an empty outbox and the failover counted");
+    // sink-a was on the killed node too (every client tries node 0 first): it moved on.
+    sink_a.wait_health([](const json& h) { return h["broker"]["failovers"].get<int64_t>() >= 1; },
+                       30s, "sink-a's failover counted");
+    std::vector<int64_t> outages;
+    for (const auto& [node, h] : newest_health())
+        if (h["upstream"]["last_outage_ms"].is_number())
+            outages.push_back(h["upstream"]["last_outage_ms"].get<int64_t>());
+    std::sort(outages.begin(), outages.end());
+    if (!outages.empty())
+        WARN("fleet: " << outages.size() << " gateways failed over from node " << victim
+                       << "; outage to the first acknowledged row: median "
+                       << outages[outages.size() / 2] << " ms, max " << outages.back() << " ms");
     for (auto& g : gateways)
         CHECK(g.daemon->terminate() == 0);
     CHECK(sink_a.terminate() == 0);

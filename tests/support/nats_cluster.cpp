@@ -166,6 +166,16 @@ void NatsCluster::restart(int i) {
     if (node_[i].pid > 0) kill(i);
     launch(i);
     wait_formed(formed_timeout);
+    // Back in the meta group is not yet caught up: /healthz answers ok once the node's streams
+    // and consumers are current (nats-server 2.9), and traffic before that was seen to stall.
+    const auto deadline = std::chrono::steady_clock::now() + formed_timeout;
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+        last = http_get(node_[i].http_port, "/healthz");
+        if (last.find("\"ok\"") != std::string::npos) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    throw std::runtime_error("nats-server " + node_[i].name + " never said healthz ok: " + last);
 }
 
 void NatsCluster::wait_formed(std::chrono::milliseconds timeout) const {
