@@ -14,6 +14,7 @@ TIDEMARK_PACKAGES=(
   libssl-dev openssl
   dpkg-dev
   libpq-dev postgresql-15
+  nats-server
 )
 
 # Installs what is missing; quick when everything is there already.
