@@ -308,8 +308,7 @@ tidemark::mqtt::ForwarderOptions forwarder_options(int port, int qos, int max_in
     tidemark::mqtt::ForwarderOptions options;
     options.clock = &host_clock;
     options.delete_batch_rows = delete_batch_rows;
-    options.broker.host = "127.0.0.1";
-    options.broker.port = port;
+    options.broker.addresses = {{false, "127.0.0.1", port}};
     options.broker.client_id = client_id;
     options.broker.max_inflight = max_inflight;
     options.broker.config_name = "upstream";

@@ -8,9 +8,8 @@ namespace tidemark::firmware {
 
 mqtt::BrokerOptions source_broker_options(const config::Config& config) {
     mqtt::BrokerOptions b;
-    b.tls = config.source.endpoint.tls;
-    b.host = config.source.endpoint.host;
-    b.port = config.source.endpoint.port;
+    for (const config::Endpoint& e : config.source.endpoints)
+        b.addresses.push_back({e.tls, e.host, e.port});
     b.client_id = config.source.client_id;
     b.username = config.source.username;
     b.password = config.source.password;
@@ -47,9 +46,8 @@ mqtt::IngestOptions ingest_options(const config::Config& config) {
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
     mqtt::BrokerOptions b;
     const config::UpstreamConfig& u = *config.upstream;
-    b.tls = u.endpoint.tls;
-    b.host = u.endpoint.host;
-    b.port = u.endpoint.port;
+    for (const config::Endpoint& e : u.endpoints)
+        b.addresses.push_back({e.tls, e.host, e.port});
     b.client_id = u.client_id;
     b.username = u.username;
     b.password = u.password;

@@ -16,6 +16,7 @@ TIDEMARK_PACKAGES=(
   libpq-dev postgresql-15
   libzstd-dev liblz4-dev
   prometheus prometheus-node-exporter
+  nats-server
 )
 
 # Installs what is missing; quick when everything is there already.

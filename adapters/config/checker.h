@@ -138,16 +138,19 @@ bool is_name(std::string_view s);
 
 // The pieces of a broker connection (connections.cpp), shared by the appliance's sections and
 // the sink's (sink_config.cpp).
-/// Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
+/// Reads "uri" (required): one URI or a list (a cluster's nodes, at most broker_uris_max, none
+/// twice), into `uris` as written, `uri` (them joined by ", ") and their parsed `endpoints`.
 void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
-              Endpoint& endpoint);
+              std::vector<std::string>& uris, std::vector<Endpoint>& endpoints);
 /// A topic to publish to: the placeholders allowed, no wildcards.
 void check_topic_template(Checker& c, const std::string& pointer, const std::string& tmpl,
                           std::initializer_list<std::string_view> placeholders);
 void read_topic_template(Checker& c, const Section& s, std::string_view key, std::string& out,
                          std::initializer_list<std::string_view> placeholders);
-/// The "tls" section of `parent`; refused on a URI (as written) that is not ssl://.
-std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::string& uri);
+/// The "tls" section of `parent`, for every address; refused when a URI (as written) is not
+/// ssl://.
+std::optional<TlsConfig> read_tls(Checker& c, const Section& parent,
+                                  const std::vector<std::string>& uris);
 /// "password_file", read now (trailing newlines removed); false when absent.
 bool read_password_file(Checker& c, const Section& s, std::string& password);
 /// "username" and "password_file" (read now); an inline "password" is refused.

@@ -127,12 +127,17 @@ struct Endpoint {
     bool operator==(const Endpoint&) const = default;
 };
 
+/// The most addresses one "uri" may list (a cluster's nodes): mqtt::broker_addresses_max.
+inline constexpr size_t broker_uris_max = 16;
+
 struct SourceConfig {
-    std::string uri;        // as written, for messages and health
-    Endpoint endpoint;      // uri, parsed
-    std::string client_id;  // default "tidemark-<node_id>"
-    std::string username;   // empty: no authentication
-    std::string password;   // the contents of password_file, trailing newlines removed
+    std::string uri;                  // as written (a list joined by ", "), for messages, health
+    std::vector<std::string> uris;    // each address as written
+    std::vector<Endpoint> endpoints;  // uris, parsed: the first is tried first
+    Endpoint endpoint;                // endpoints.front()
+    std::string client_id;            // default "tidemark-<node_id>"
+    std::string username;             // empty: no authentication
+    std::string password;             // the contents of password_file, trailing newlines removed
     std::optional<TlsConfig> tls;
     uint64_t max_payload_bytes = 64ULL << 10;
     /// The largest max_payload: the log holds a record of at most 16 MiB, topic (up to 64 KiB)
@@ -152,9 +157,11 @@ struct OutboxConfig {
 };
 
 struct UpstreamConfig {
-    std::string uri;        // as written, for messages and health
-    Endpoint endpoint;      // uri, parsed
-    std::string client_id;  // default "<node_id>"
+    std::string uri;                  // as written (a list joined by ", "), for messages, health
+    std::vector<std::string> uris;    // each address as written: one broker or a cluster's nodes
+    std::vector<Endpoint> endpoints;  // uris, parsed: the first is tried first, then round them
+    Endpoint endpoint;                // endpoints.front()
+    std::string client_id;            // default "<node_id>"
     std::string username;
     std::string password;
     std::optional<TlsConfig> tls;

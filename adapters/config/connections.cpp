@@ -66,14 +66,57 @@ constexpr size_t password_bytes_max = 4096;
 
 // From here to read_outbox: shared with the sink's config (sink_config.cpp), through checker.h.
 
-// Reads "uri" (required) into `uri` and its parsed form into `endpoint`.
+// Reads "uri" (required): one URI, or a list of them (the nodes of a cluster, DESIGN.md
+// section 11), each parsed; `uri` is the text as written (a list's joined with ", ").
 void read_uri(Checker& c, const Section& s, std::string_view required_hint, std::string& uri,
-              Endpoint& endpoint) {
-    if (!c.read_string(*s, s.pointer, "uri", uri, required_hint)) return;
-    if (auto parsed = parse_broker_uri(uri)) {
-        endpoint = std::move(*parsed);
+              std::vector<std::string>& uris, std::vector<Endpoint>& endpoints) {
+    const std::string p = child(s.pointer, "uri");
+    const Json* j = Checker::member(*s, "uri");
+    uris.clear();
+    endpoints.clear();
+    if (j != nullptr && j->is_array()) {
+        if (j->empty() || j->size() > broker_uris_max) {
+            c.error(p, "expected 1 to " + std::to_string(broker_uris_max) +
+                           " broker URIs (the nodes of one cluster), found " +
+                           std::to_string(j->size()));
+            return;
+        }
+        for (size_t i = 0; i < j->size(); ++i) {
+            const Json& item = (*j)[i];
+            if (!item.is_string()) {
+                c.error(child(p, i),
+                        "expected a broker URI such as \"tcp://127.0.0.1:1883\", "
+                        "found " +
+                            type_phrase(item));
+                continue;
+            }
+            uris.push_back(item.get<std::string>());
+        }
     } else {
-        c.error(s.pointer + "/uri", parsed.error());
+        std::string one;
+        if (!c.read_string(*s, s.pointer, "uri", one, required_hint)) return;
+        uris.push_back(std::move(one));
+    }
+    uri = join(uris, ", ");
+    for (size_t i = 0; i < uris.size(); ++i) {
+        const std::string at = j != nullptr && j->is_array() ? child(p, i) : p;
+        auto parsed = parse_broker_uri(uris[i]);
+        if (!parsed) {
+            c.error(at, parsed.error());
+            continue;
+        }
+        if (std::find(endpoints.begin(), endpoints.end(), *parsed) != endpoints.end()) {
+            c.error(at, in_quotes(uris[i]) + " is in the list twice: name each node once");
+            continue;
+        }
+        endpoints.push_back(std::move(*parsed));
+    }
+    for (const Endpoint& e : endpoints) {
+        if (e.tls == endpoints.front().tls) continue;
+        c.error(p,
+                "mixes ssl:// and tcp:// addresses: the nodes of one cluster are reached the "
+                "same way (one tls section serves them all)");
+        break;
     }
 }
 
@@ -121,9 +164,11 @@ void read_topic_template(Checker& c, const Section& s, std::string_view key, std
     }
 }
 
-// `uri` is the text as written: a tls section on a URI that is not ssl:// is refused even when
-// the URI has other faults.
-std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::string& uri) {
+// `uris` are the texts as written: a tls section with a URI that is not ssl:// is refused even
+// when the URI has other faults. Every address shares the one tls section (one CA, one client
+// certificate): a cluster's nodes are one service.
+std::optional<TlsConfig> read_tls(Checker& c, const Section& parent,
+                                  const std::vector<std::string>& uris) {
     Section s = c.section(*parent, parent.pointer, "tls", R"({"ca_file": "/etc/tidemark/ca.pem"})",
                           {"ca_file", "cert_file", "key_file"});
     if (!s) return std::nullopt;
@@ -141,9 +186,12 @@ std::optional<TlsConfig> read_tls(Checker& c, const Section& parent, const std::
                 "cert_file and key_file go together: set both for a client certificate, or "
                 "neither");
     }
-    if (!uri.empty() && !uri.starts_with("ssl://")) {
-        c.error(s.pointer,
-                "tls is set but " + in_quotes(uri) + " is not an encrypted transport: use ssl://");
+    for (const std::string& uri : uris) {
+        if (!uri.empty() && !uri.starts_with("ssl://")) {
+            c.error(s.pointer, "tls is set but " + in_quotes(uri) +
+                                   " is not an encrypted transport: use ssl://" +
+                                   (uris.size() > 1 ? " for every address" : ""));
+        }
     }
     return tls;
 }
@@ -187,18 +235,21 @@ bool is_loopback(const std::string& host) {
 
 // A password over tcp:// crosses the network in clear (MQTT CONNECT carries it as is). Only to
 // this host's own broker, or when the operator says so in the config.
-void check_plaintext_password(Checker& c, const Section& s, const Endpoint& endpoint,
+void check_plaintext_password(Checker& c, const Section& s, const std::vector<Endpoint>& endpoints,
                               const std::string& password) {
     bool allowed = false;
     c.read_bool(*s, s.pointer, "allow_plaintext_password", allowed);
-    if (password.empty() || endpoint.tls || endpoint.host.empty() || is_loopback(endpoint.host) ||
-        allowed)
+    if (password.empty() || allowed) return;
+    for (const Endpoint& endpoint : endpoints) {
+        if (endpoint.tls || endpoint.host.empty() || is_loopback(endpoint.host)) continue;
+        c.error(s.pointer + "/password_file",
+                "the password would go to " + endpoint.host +
+                    " in clear text over tcp://: use an "
+                    "ssl:// uri (with a tls section), or set \"allow_plaintext_password\": true "
+                    "in " +
+                    s.pointer.substr(1) + " if the network to that broker is trusted");
         return;
-    c.error(s.pointer + "/password_file",
-            "the password would go to " + endpoint.host +
-                " in clear text over tcp://: use an "
-                "ssl:// uri (with a tls section), or set \"allow_plaintext_password\": true in " +
-                s.pointer.substr(1) + " if the network to that broker is trusted");
+    }
 }
 
 void read_client_id(Checker& c, const Section& s, std::string& client_id) {
@@ -247,13 +298,14 @@ void read_source(Checker& c, const Json& root, const std::string& node_id, Sourc
                    "tls", "max_payload", "retained", "clock"},
                   R"(the gateway broker to read from, e.g. {"uri": "tcp://127.0.0.1:1883"})");
     if (!s) return;
-    read_uri(c, s, "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"", source.uri,
-             source.endpoint);
+    read_uri(c, s, "the gateway broker, e.g. \"tcp://127.0.0.1:1883\"", source.uri, source.uris,
+             source.endpoints);
+    if (!source.endpoints.empty()) source.endpoint = source.endpoints.front();
     source.client_id = "tidemark-" + node_id;
     read_client_id(c, s, source.client_id);
     read_credentials(c, s, source.username, source.password);
-    check_plaintext_password(c, s, source.endpoint, source.password);
-    source.tls = read_tls(c, s, source.uri);
+    check_plaintext_password(c, s, source.endpoints, source.password);
+    source.tls = read_tls(c, s, source.uris);
     read_max_payload(c, s, source.max_payload_bytes);
     c.read_choice(*s, s.pointer, "retained", source.accept_retained,
                   {{"skip", false}, {"ingest", true}});
@@ -271,13 +323,16 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
                            "max_inflight", "outbox", "compact_superseded", "reconnect_max"});
     if (!s) return;
     UpstreamConfig up;
-    read_uri(c, s, "the broker results go to, e.g. \"ssl://cloud.example:8883\"", up.uri,
-             up.endpoint);
+    read_uri(c, s,
+             "the broker results go to, e.g. \"ssl://cloud.example:8883\", or a cluster's "
+             "nodes, [\"ssl://a.example:8883\", \"ssl://b.example:8883\"]",
+             up.uri, up.uris, up.endpoints);
+    if (!up.endpoints.empty()) up.endpoint = up.endpoints.front();
     up.client_id = node_id;
     read_client_id(c, s, up.client_id);
     read_credentials(c, s, up.username, up.password);
-    check_plaintext_password(c, s, up.endpoint, up.password);
-    up.tls = read_tls(c, s, up.uri);
+    check_plaintext_password(c, s, up.endpoints, up.password);
+    up.tls = read_tls(c, s, up.uris);
     read_topic_template(c, s, "topic", up.topic, {"node_id", "pipeline", "key"});
     read_topic_template(c, s, "side_topic", up.side_topic, {"node_id", "pipeline", "key"});
     uint64_t value = 0;

@@ -80,17 +80,22 @@ bool is_identifier(std::string_view s) {
 }
 
 void read_sink_source(Checker& c, const Section& sink, SinkSourceConfig& source) {
-    Section s =
-        c.section(*sink, sink.pointer, "source",
-                  R"({"uri": "tcp://127.0.0.1:1883", "client_id": "tidemark-sink-1"})",
-                  {"uri", "client_id", "topics", "username", "password_file", "tls", "max_payload"},
-                  R"(the upstream broker, e.g. {"uri": "tcp://127.0.0.1:1883"})");
+    Section s = c.section(*sink, sink.pointer, "source",
+                          R"({"uri": "tcp://127.0.0.1:1883", "client_id": "tidemark-sink-1"})",
+                          {"uri", "client_id", "topics", "username", "password_file", "tls",
+                           "max_payload", "protocol"},
+                          R"(the upstream broker, e.g. {"uri": "tcp://127.0.0.1:1883"})");
     if (!s) return;
-    read_uri(c, s, "the upstream broker, e.g. \"tcp://127.0.0.1:1883\"", source.uri,
-             source.endpoint);
+    read_uri(c, s,
+             "the upstream broker, e.g. \"tcp://127.0.0.1:1883\", or a cluster's nodes, "
+             "[\"tcp://a:1883\", \"tcp://b:1883\"]",
+             source.uri, source.uris, source.endpoints);
+    if (!source.endpoints.empty()) source.endpoint = source.endpoints.front();
     read_client_id(c, s, source.client_id);
     read_credentials(c, s, source.username, source.password);
-    source.tls = read_tls(c, s, source.uri);
+    source.tls = read_tls(c, s, source.uris);
+    c.read_choice(*s, s.pointer, "protocol", source.protocol,
+                  {{"5", SinkProtocol::v5}, {"3.1.1", SinkProtocol::v3_1_1}});
     c.read_size(*s, s.pointer, "max_payload", source.max_payload_bytes, 1024, 256ULL << 20);
     const Json* topics = Checker::member(*s, "topics");
     if (!topics) return;

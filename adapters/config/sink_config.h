@@ -13,10 +13,16 @@
 
 namespace tidemark::config {
 
+enum class SinkProtocol { v5, v3_1_1 };
+
 /// The upstream broker the results come from.
 struct SinkSourceConfig {
-    std::string uri;  ///< as written
-    Endpoint endpoint;
+    std::string uri;                  ///< as written (a list joined by ", ")
+    std::vector<std::string> uris;    ///< each address as written: a broker or a cluster's nodes
+    std::vector<Endpoint> endpoints;  ///< uris, parsed: the first first, then round the list
+    Endpoint endpoint;                ///< endpoints.front()
+    /// MQTT 5 (mosquitto 2.0) or 3.1.1 (nats-server 2.9 speaks nothing else).
+    SinkProtocol protocol = SinkProtocol::v5;
     std::string client_id = "tidemark-sink";        ///< the persistent session's id: one per sink
     std::vector<std::string> topics{"tidemark/#"};  ///< filters; "$share/GROUP/..." allowed
     std::string username;

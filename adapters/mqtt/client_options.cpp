@@ -25,39 +25,53 @@ Result<void> check_readable(const BrokerOptions& options, std::string_view key,
     return {};
 }
 
-Result<void> check_address(const BrokerOptions& options) {
-    if (options.host.empty()) return fail(options.config_name + ".host: must not be empty");
-    if (options.port < 1 || options.port > port_max) {
-        return fail(options.config_name + ".port: " + std::to_string(options.port) +
-                    " is outside 1..65535");
+Result<void> check_addresses(const BrokerOptions& options) {
+    const std::string& name = options.config_name;
+    if (options.addresses.empty()) return fail(name + ".uri: no broker address");
+    if (options.addresses.size() > broker_addresses_max) {
+        return fail(name + ".uri: " + std::to_string(options.addresses.size()) +
+                    " addresses, at most " + std::to_string(broker_addresses_max));
+    }
+    for (std::size_t i = 0; i < options.addresses.size(); ++i) {
+        const BrokerAddress& a = options.addresses[i];
+        if (a.host.empty()) return fail(name + ".host: must not be empty");
+        if (a.port < 1 || a.port > port_max) {
+            return fail(name + ".port: " + std::to_string(a.port) + " is outside 1..65535");
+        }
+        if (a.tls != options.addresses.front().tls) {
+            return fail(name + ".uri: '" + broker_address(a) + "' and '" +
+                        broker_address(options.addresses.front()) +
+                        "' differ in transport: every address of one broker is ssl://, or every "
+                        "one tcp://");
+        }
+        for (std::size_t j = 0; j < i; ++j) {
+            if (options.addresses[j] == a) {
+                return fail(name + ".uri: '" + broker_address(a) +
+                            "' is listed twice: each node of a cluster once");
+            }
+        }
     }
     return {};
 }
 
 }  // namespace
 
-std::chrono::milliseconds reconnect_delay(int failed_attempts, std::chrono::milliseconds min,
-                                          std::chrono::milliseconds max) {
-    TM_ASSERT(failed_attempts >= 0 && min.count() > 0 && max >= min);
-    auto delay = min;
-    for (int i = 0; i < failed_attempts && delay < max; ++i)
-        delay *= 2;
-    return std::min(delay, max);
+std::string broker_address(const BrokerAddress& address) {
+    const bool bracket = address.host.find(':') != std::string::npos;
+    return std::string(address.tls ? "ssl://" : "tcp://") + (bracket ? "[" : "") + address.host +
+           (bracket ? "]" : "") + ":" + std::to_string(address.port);
 }
 
-std::string broker_address(const BrokerOptions& options) {
-    const bool bracket = options.host.find(':') != std::string::npos;
-    return std::string(options.tls ? "ssl://" : "tcp://") + (bracket ? "[" : "") + options.host +
-           (bracket ? "]" : "") + ":" + std::to_string(options.port);
-}
-
-bool uses_tls(const BrokerOptions& options) {
-    return options.tls;
+std::string broker_addresses(const BrokerOptions& options) {
+    std::string out;
+    for (const BrokerAddress& a : options.addresses)
+        out += (out.empty() ? "" : ", ") + broker_address(a);
+    return out;
 }
 
 Result<void> validate(const BrokerOptions& options) {
     const std::string& name = options.config_name;
-    if (auto ok = check_address(options); !ok) return ok;
+    if (auto ok = check_addresses(options); !ok) return ok;
     if (options.client_id.empty()) {
         return fail(name + ".client_id: must not be empty: the broker keeps the persistent " +
                     "session under this id");
@@ -78,9 +92,11 @@ Result<void> validate(const BrokerOptions& options) {
     }
     const bool has_tls_files =
         !options.ca_file.empty() || !options.cert_file.empty() || !options.key_file.empty();
-    if (has_tls_files && !options.tls) {
-        return fail(name + ".tls is set but " + name + ".uri '" + broker_address(options) +
-                    "' uses tcp://: use ssl:// or remove the tls section");
+    for (const BrokerAddress& a : options.addresses) {
+        if (has_tls_files && !a.tls) {
+            return fail(name + ".tls is set but " + name + ".uri '" + broker_address(a) +
+                        "' uses tcp://: use ssl:// or remove the tls section");
+        }
     }
     if (options.cert_file.empty() != options.key_file.empty()) {
         return fail(name + ".tls: cert_file and key_file go together (client certificate)");
@@ -93,24 +109,36 @@ Result<void> validate(const BrokerOptions& options) {
 
 // ---- Paho C: the one mapping of BrokerOptions onto its connect options (ingest).
 
-void fill_paho_connect(const BrokerOptions& options, uint32_t packet_bytes_max, PahoConnect& out) {
-    out.connect.MQTTVersion = MQTTVERSION_5;
+void fill_paho_connect(const BrokerOptions& options, const BrokerAddress& address,
+                       uint32_t packet_bytes_max, MqttVersion version, PahoConnect& out) {
     // Persistent session: the broker keeps subscriptions and queues QoS1 messages while we
-    // are away, and redelivers the ones we did not acknowledge. In MQTT 5 that takes both a
-    // clean start of 0 and a session expiry beyond the connection.
-    out.connect.cleansession = 0;  // MQTT 3.1.1 only: Paho refuses anything else with MQTT 5
-    out.connect.cleanstart = 0;
-    MQTTProperty expiry;
-    expiry.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
-    expiry.value.integer4 = session_expiry_never_s;
-    MQTTProperties_add(&out.properties, &expiry);
-    if (packet_bytes_max > 0) {
-        MQTTProperty packet;
-        packet.identifier = MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE;
-        packet.value.integer4 = packet_bytes_max;
-        MQTTProperties_add(&out.properties, &packet);
+    // are away, and redelivers the ones we did not acknowledge.
+    out.connect.cleansession = 0;  // Paho refuses anything else with MQTT 5
+    out.connect.cleanstart = 0;    // and this with anything but MQTT 5
+    if (version == MqttVersion::v5) {
+        out.connect.MQTTVersion = MQTTVERSION_5;
+        // In MQTT 5 a persistent session also takes a session expiry beyond the connection.
+        MQTTProperty expiry;
+        expiry.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
+        expiry.value.integer4 = session_expiry_never_s;
+        MQTTProperties_add(&out.properties, &expiry);
+        if (packet_bytes_max > 0) {
+            MQTTProperty packet;
+            packet.identifier = MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE;
+            packet.value.integer4 = packet_bytes_max;
+            MQTTProperties_add(&out.properties, &packet);
+        }
+        out.connect.connectProperties = &out.properties;
+    } else {
+        out.connect.MQTTVersion = MQTTVERSION_3_1_1;
+        out.connect.connectProperties = nullptr;  // MQTT 5 only: Paho refuses it with 3.1.1
     }
-    out.connect.connectProperties = &out.properties;
+    // This attempt's node only: Paho would otherwise try the next URI itself, behind the
+    // client's backoff and its count of failovers.
+    out.uri = broker_address(address);
+    out.uris[0] = out.uri.data();
+    out.connect.serverURIs = out.uris;
+    out.connect.serverURIcount = 1;
     out.connect.keepAliveInterval = options.keep_alive_s;
     out.connect.connectTimeout = options.connect_timeout_s;
     out.connect.maxInflight = options.max_inflight;
@@ -119,7 +147,7 @@ void fill_paho_connect(const BrokerOptions& options, uint32_t packet_bytes_max, 
     out.connect.username = options.username.empty() ? nullptr : options.username.c_str();
     out.connect.password = options.password.empty() ? nullptr : options.password.c_str();
     out.connect.ssl = nullptr;
-    if (options.tls) {
+    if (address.tls) {
         out.ssl.trustStore = options.ca_file.empty() ? nullptr : options.ca_file.c_str();
         out.ssl.keyStore = options.cert_file.empty() ? nullptr : options.cert_file.c_str();
         out.ssl.privateKey = options.key_file.empty() ? nullptr : options.key_file.c_str();

@@ -23,18 +23,12 @@ constexpr int64_t wait_slice_ms = 100;
 
 }  // namespace
 
-int64_t reconnect_wait_ms(int failed_attempts, int64_t min_ms, int64_t max_ms, double jitter) {
-    TM_ASSERT(jitter >= 0.5 && jitter <= 1.0);
-    const auto delay = reconnect_delay(failed_attempts, std::chrono::milliseconds(min_ms),
-                                       std::chrono::milliseconds(max_ms));
-    return static_cast<int64_t>(static_cast<double>(delay.count()) * jitter);
-}
-
 Forwarder::Impl::Impl(ForwarderOptions options, std::vector<OutboxSource*> sources, int wake_fd)
     : options_(std::move(options)),
       clock_(*options_.clock),
-      address_(broker_address(options_.broker)),
       wake_fd_(wake_fd),
+      rotation_(options_.broker.addresses.size()),
+      address_(broker_address(options_.broker.addresses.front())),
       timers_(clock_, options_.ack_timeout_ms, options_.delete_interval_ms,
               options_.poll_interval_ms) {
     streams_.resize(sources.size());
@@ -118,18 +112,16 @@ void Forwarder::Impl::set_error(const std::string& message) {
 
 void Forwarder::Impl::run() {
     std::mt19937_64 rng(std::random_device{}());
-    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    const core::Backoff backoff{options_.reconnect_delay_min_ms, options_.reconnect_delay_max_ms};
     int failed_attempts = 0;
     bool ever_connected = false;
     while (!stopping_.load()) {
         if (mosq_ == nullptr) {
             if (auto ok = connect(); !ok) {
                 connect_failed(ok.error().message);
-                const int64_t wait_ms =
-                    reconnect_wait_ms(failed_attempts, options_.reconnect_delay_min_ms,
-                                      options_.reconnect_delay_max_ms, jitter(rng));
+                wait_for_wake(backoff.wait_ms(failed_attempts, jitter(rng)));
                 ++failed_attempts;
-                wait_for_wake(wait_ms);
                 continue;
             }
             failed_attempts = 0;
@@ -145,6 +137,8 @@ void Forwarder::Impl::run() {
 
 void Forwarder::Impl::connect_failed(const std::string& message) {
     destroy_client();
+    rotation_.move_on();  // a refused or unreachable node: the next one, round the list
+    if (outage_started_ms_ < 0) outage_started_ms_ = clock_.steady_ms();
     {
         std::lock_guard lock(mutex_);
         ++stats_.connect_failures;
@@ -154,11 +148,14 @@ void Forwarder::Impl::connect_failed(const std::string& message) {
 }
 
 void Forwarder::Impl::connected(bool again) {
+    rotation_.connected();
     {
         std::lock_guard lock(mutex_);
         stats_.link_up = true;
         stats_.offline_since_ms = 0;
         if (again) ++stats_.reconnects;
+        stats_.node = address_;
+        stats_.failovers = rotation_.failovers();
     }
     spdlog::info("forwarder [{}]: {} {}", options_.broker.client_id,
                  again ? "reconnected to" : "connected to", address_);
@@ -177,13 +174,16 @@ void Forwarder::Impl::link_down() {
     wait_for_deletes(clock_.steady_ms() + options_.poll_interval_ms);
     inflight_.clear();
     destroy_client();
+    const std::string lost_address = address_;
+    rotation_.move_on();  // the node may be gone: the next one takes over, round the list
+    if (outage_started_ms_ < 0) outage_started_ms_ = clock_.steady_ms();
     {
         std::lock_guard lock(mutex_);
         stats_.link_up = false;
         stats_.offline_since_ms = clock_.wall_ms();
         stats_.inflight = 0;
     }
-    set_error(address_ + ": " + lost_cause_);
+    set_error(lost_address + ": " + lost_cause_);
 }
 
 void Forwarder::Impl::shut_down() {

@@ -44,7 +44,7 @@ class OutboxSource {
 };
 
 struct ForwarderOptions {
-    /// tls, host and port (or uri), client_id, credentials, TLS files, keep_alive_s,
+    /// addresses (one, or a cluster's nodes), client_id, credentials, TLS files, keep_alive_s,
     /// connect_timeout_s, and max_inflight = the most rows published and not yet acknowledged.
     /// The session is always clean here, whatever fill_paho_connect() chooses for ingest.
     BrokerOptions broker;
@@ -64,11 +64,12 @@ struct ForwarderOptions {
     size_t peek_rows = 512;
     /// Without notify(), the outbox is looked at again after this long.
     int64_t poll_interval_ms = 1'000;
-    /// Reconnect backoff: the first retry after a lost link is immediate, then the wait doubles
-    /// from reconnect_delay_min_ms up to reconnect_delay_max_ms and each wait is drawn uniformly
-    /// from [half, all] of that ("equal jitter"), so that a fleet of gateways spreads its
-    /// reconnects while no wait ever exceeds the maximum: after an outage the first row leaves
-    /// at most reconnect_delay_max_ms (plus the handshake) after the broker is back.
+    /// Reconnect backoff (core::Backoff): the first retry after a lost link is immediate (on
+    /// the next address), then the wait doubles from reconnect_delay_min_ms up to
+    /// reconnect_delay_max_ms and each wait is drawn uniformly from [half, all] of that ("equal
+    /// jitter"), so that a fleet of gateways spreads its reconnects while no wait ever exceeds
+    /// the maximum: after an outage the first row leaves at most reconnect_delay_max_ms (plus
+    /// the handshake) after the broker is back.
     int64_t reconnect_delay_min_ms = 250;
     /// With rows in flight and no acknowledgement for this long, the link is taken as lost and
     /// rebuilt (its rows are re-sent): a connection that is up but stalled must not hold the
@@ -109,18 +110,28 @@ struct ForwarderStats {
     /// Time from the latest successful connect to the first row acknowledged on it; empty until
     /// that row is acknowledged.
     std::optional<int64_t> first_row_after_reconnect_ms;
+    /// The address the link is on (while link_up) or was last on; "" before the first connect.
+    std::string node;
+    /// Links made up on another address than the previous link's (NodeRotation).
+    uint64_t failovers = 0;
+    /// The latest outage, from the loss of a link (or the first failed attempt) to the first
+    /// row acknowledged after it, on whichever node: what a failover cost. Empty before one.
+    std::optional<int64_t> last_outage_ms;
 };
 
 /// Publishes outbox rows upstream and deletes each one once the broker has acknowledged it.
 ///
 /// Operation: a thread of its own connects (clean session: the outbox, not the broker session,
-/// is the store), publishes rows in seq order with at most broker.max_inflight unacknowledged,
+/// is the store) to one of broker.addresses (the first first; after a refused or lost
+/// connection the next, round the list: NodeRotation, so a cluster's surviving nodes take over
+/// from a dead one), publishes rows in seq order with at most broker.max_inflight unacknowledged,
 /// and deletes acknowledged rows in batches (delete_batch_rows or delete_interval_ms, sorted by
 /// seq). Several sources share the link (results, then side output): each keeps its own seq
 /// order, and a later source is only read when the ones before it have nothing to send. When
 /// the link drops, acknowledged rows are deleted and sending starts again from the oldest row
-/// left in each source, so a row may reach upstream twice (at-least-once: upstream dedupes by
-/// the record's id). Reconnects follow ForwarderOptions' backoff. A failure (a wrong CA, a
+/// left in each source, on the next node, so a row may reach upstream twice (at-least-once:
+/// upstream dedupes by the record's id); the outbox keeps every row until some node has
+/// acknowledged it. Reconnects follow ForwarderOptions' backoff. A failure (a wrong CA, a
 /// refused login, a broker down) is logged once per change, kept in stats().last_error, and
 /// retried. Nothing leaves the outbox without an acknowledgement.
 ///

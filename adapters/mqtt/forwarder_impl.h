@@ -18,6 +18,7 @@
 #include "adapters/mqtt/forwarder.h"
 #include "adapters/mqtt/forwarder_timing.h"
 #include "adapters/mqtt/mosquitto_options.h"
+#include "adapters/mqtt/node_rotation.h"
 
 namespace tidemark::mqtt {
 
@@ -65,7 +66,7 @@ class Forwarder::Impl {
     static void on_publish(mosquitto*, void* self, int mid);
     static void on_log(mosquitto*, void* self, int level, const char* text);
     Result<void> connect();
-    Result<void> set_options();
+    Result<void> set_options(const BrokerAddress& node);
     Result<void> wait_for_connack();
     void destroy_client();
     int poll_client(int64_t timeout_ms, int& error);
@@ -91,8 +92,7 @@ class Forwarder::Impl {
 
     const ForwarderOptions options_;
     const core::Clock& clock_;
-    const std::string address_;  ///< broker_address(options_.broker), for messages
-    const int wake_fd_;          ///< eventfd: notify() and stop() wake the thread's poll
+    const int wake_fd_;  ///< eventfd: notify() and stop() wake the thread's poll
     std::thread thread_;
     std::thread deleter_;
     std::atomic<bool> stopping_{false};
@@ -104,6 +104,11 @@ class Forwarder::Impl {
     ForwarderStats stats_;
 
     // The forwarder's thread only (callbacks included).
+    NodeRotation rotation_;
+    std::string address_;  ///< the node of the current attempt or link, for messages
+    /// Steady ms since the link was lost or the first attempt failed; -1 while none is running
+    /// (ended by the first acknowledged row after it).
+    int64_t outage_started_ms_ = -1;
     mosquitto* mosq_ = nullptr;
     LinkTimers timers_;
     std::vector<Stream> streams_;

@@ -75,15 +75,17 @@ Result<void> Forwarder::Impl::connect() {
     connack_received_ = false;
     connack_rc_ = 0;
     const BrokerOptions& broker = options_.broker;
+    const BrokerAddress& node = broker.addresses[rotation_.current()];
+    address_ = broker_address(node);
 
     mosq_ = mosquitto_new(broker.client_id.c_str(), /*clean_session=*/true, this);
     if (mosq_ == nullptr)
         return fail(std::string("cannot create an MQTT client: ") + std::strerror(errno));
-    if (auto ok = set_options(); !ok) return ok;
+    if (auto ok = set_options(node); !ok) return ok;
 
     const int keep_alive_s = std::max(broker.keep_alive_s, keep_alive_s_min);
     errno = 0;
-    const int rc = mosquitto_connect_async(mosq_, broker.host.c_str(), broker.port, keep_alive_s);
+    const int rc = mosquitto_connect_async(mosq_, node.host.c_str(), node.port, keep_alive_s);
     if (rc != MOSQ_ERR_SUCCESS) return fail(describe_connect_failure(rc, errno));
     if (auto ok = wait_for_connack(); !ok) return ok;
     timers_.connected();
@@ -93,9 +95,9 @@ Result<void> Forwarder::Impl::connect() {
     return {};
 }
 
-Result<void> Forwarder::Impl::set_options() {
+Result<void> Forwarder::Impl::set_options(const BrokerAddress& node) {
     // Credentials, TLS and the protocol version: mosquitto_options.h, shared with health.
-    if (auto ok = apply_mosquitto_options(mosq_, options_.broker); !ok) return ok;
+    if (auto ok = apply_mosquitto_options(mosq_, options_.broker, node); !ok) return ok;
     // Rows go out as they are published, not after Nagle's delay.
     mosquitto_int_option(mosq_, MOSQ_OPT_TCP_NODELAY, 1);
     // The window is ours (max_inflight): libmosquitto must not queue behind its own quota.

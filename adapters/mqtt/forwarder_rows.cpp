@@ -161,6 +161,10 @@ void Forwarder::Impl::acknowledged(int mid) {
         first_ack_seen_ = true;
         std::lock_guard lock(mutex_);
         stats_.first_row_after_reconnect_ms = timers_.since_connected_ms();
+        if (outage_started_ms_ >= 0) {
+            stats_.last_outage_ms = timers_.now_ms() - outage_started_ms_;
+            outage_started_ms_ = -1;
+        }
     }
 }
 

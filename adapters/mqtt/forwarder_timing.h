@@ -1,5 +1,5 @@
-// The forwarder's time decisions (ack timeout, delete interval, outbox polling, reconnect
-// backoff), read through one core::Clock so that tests can step them.
+// The forwarder's time decisions (ack timeout, delete interval, outbox polling), read through
+// one core::Clock so that tests can step them; the reconnect backoff is core/backoff.h's.
 #pragma once
 
 #include <algorithm>
@@ -8,11 +8,6 @@
 #include "core/clock.h"
 
 namespace tidemark::mqtt {
-
-/// Equal jitter: the wait before reconnect attempt `failed_attempts` + 1 is reconnect_delay()
-/// from `min_ms` up to `max_ms`, times `jitter` in [0.5, 1], so that a fleet spreads its
-/// reconnects while no wait exceeds `max_ms`.
-int64_t reconnect_wait_ms(int failed_attempts, int64_t min_ms, int64_t max_ms, double jitter);
 
 /// Operation: the instants the forwarder's loop decides by, in the clock's steady ms: the
 /// latest acknowledgement and the latest publish into an empty window (the ack timeout), the

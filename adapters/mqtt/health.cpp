@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "adapters/mqtt/mosquitto_options.h"
+#include "adapters/mqtt/node_rotation.h"
 
 namespace tidemark::mqtt {
 namespace {
@@ -37,7 +38,10 @@ std::string status_topic_for(std::string_view health_topic) {
 class HealthPublisher::Impl {
   public:
     Impl(HealthOptions options, std::function<std::string()> snapshot)
-        : options_(std::move(options)), clock_(*options_.clock), snapshot_(std::move(snapshot)) {}
+        : options_(std::move(options)),
+          clock_(*options_.clock),
+          snapshot_(std::move(snapshot)),
+          rotation_(options_.broker.addresses.size()) {}
 
     ~Impl() {
         stop(milliseconds(1000));
@@ -136,7 +140,7 @@ class HealthPublisher::Impl {
 
     void run() {
         std::mt19937 rng(std::random_device{}());
-        std::uniform_real_distribution<double> jitter(0.8, 1.2);
+        std::uniform_real_distribution<double> jitter(0.0, 1.0);
         int failed_attempts = 0;
         bool connected = false;
         int64_t next_publish_ms = clock_.steady_ms();
@@ -144,6 +148,7 @@ class HealthPublisher::Impl {
             if (connected && link_lost_) {
                 connected = false;
                 set_connected(false);
+                rotation_.move_on();  // the node may be gone: the next one, round the list
             }
             if (!connected) {
                 if (auto ok = connect(); !ok) {
@@ -151,14 +156,15 @@ class HealthPublisher::Impl {
                     if (stopping_.load()) break;
                     set_error(ok.error().message);
                     count_skipped();
-                    const double delay_ms =
-                        static_cast<double>(reconnect_delay(failed_attempts).count()) * jitter(rng);
+                    rotation_.move_on();
+                    const int64_t wait_ms = reconnect_backoff.wait_ms(failed_attempts, jitter(rng));
                     ++failed_attempts;
-                    if (wait_until(clock_.steady_ms() + static_cast<int64_t>(delay_ms))) break;
+                    if (wait_until(clock_.steady_ms() + wait_ms)) break;
                     continue;
                 }
                 connected = true;
                 failed_attempts = 0;
+                rotation_.connected();
                 set_connected(true);
                 publish(options_.status_topic, std::string(status_online));
                 next_publish_ms = clock_.steady_ms();  // a fresh snapshot after (re)connecting
@@ -193,6 +199,8 @@ class HealthPublisher::Impl {
     // stale snapshot is useless), with the last will `offline`.
     Result<void> connect() {
         destroy_client();
+        const BrokerAddress& node = options_.broker.addresses[rotation_.current()];
+        address_ = broker_address(node);
         link_lost_ = false;
         connack_received_ = false;
         connack_rc_ = 0;
@@ -200,7 +208,7 @@ class HealthPublisher::Impl {
         mosq_ = mosquitto_new(options_.broker.client_id.c_str(), /*clean_session=*/true, this);
         if (mosq_ == nullptr)
             return fail(std::string("cannot create an MQTT client: ") + std::strerror(errno));
-        if (auto ok = apply_mosquitto_options(mosq_, options_.broker); !ok) return ok;
+        if (auto ok = apply_mosquitto_options(mosq_, options_.broker, node); !ok) return ok;
         mosquitto_connect_callback_set(mosq_, on_connect);
         mosquitto_disconnect_callback_set(mosq_, on_disconnect);
         mosquitto_publish_callback_set(mosq_, on_publish);
@@ -212,8 +220,7 @@ class HealthPublisher::Impl {
             return fail("health: cannot set the last will: " + std::string(mosquitto_strerror(rc)));
         const int keep_alive_s = std::max(options_.broker.keep_alive_s, keep_alive_s_min);
         errno = 0;
-        rc = mosquitto_connect_async(mosq_, options_.broker.host.c_str(), options_.broker.port,
-                                     keep_alive_s);
+        rc = mosquitto_connect_async(mosq_, node.host.c_str(), node.port, keep_alive_s);
         if (rc != MOSQ_ERR_SUCCESS) {
             return fail("health: cannot connect to " + address_ + ": " +
                         (rc == MOSQ_ERR_ERRNO ? std::string(std::strerror(errno))
@@ -275,13 +282,14 @@ class HealthPublisher::Impl {
 
     const HealthOptions options_;
     const core::Clock& clock_;
-    const std::string address_ = broker_address(options_.broker);
     const std::function<std::string()> snapshot_;
     std::thread thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<bool> publish_now_{false};
 
     // The publisher's thread only (callbacks included).
+    NodeRotation rotation_;
+    std::string address_;  ///< the node of the current attempt or link, for messages
     mosquitto* mosq_ = nullptr;
     bool link_lost_ = false;
     bool connack_received_ = false;

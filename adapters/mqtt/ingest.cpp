@@ -28,15 +28,16 @@ void Ingest::State::cut(std::uint64_t connection_number) {
     cut_connection.store(connection_number);
     connections_cut.fetch_add(1, std::memory_order_relaxed);
     const int fd = socket.load();
-    if (fd >= 0 && paho_socket::connected_to(fd, options.host, options.port)) {
+    const auto [host, port] = node_host_port();
+    if (fd >= 0 && paho_socket::connected_to(fd, host, port)) {
         ::shutdown(fd, SHUT_RDWR);
         return;
     }
     // Paho's trace did not name the socket: cut every connection of this process to the
     // broker (the health publisher's too, which reconnects by itself).
-    const int cut_count = paho_socket::shutdown_all_connected_to(options.host, options.port);
-    spdlog::warn("{}: cut {} connection(s) to {} (ingest's own socket is not known)",
-                 options.config_name, cut_count, address);
+    const int cut_count = paho_socket::shutdown_all_connected_to(host, port);
+    spdlog::warn("{}: cut {} connection(s) to {}:{} (ingest's own socket is not known)",
+                 options.config_name, cut_count, host, port);
 }
 
 int Ingest::State::on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m) {
@@ -120,9 +121,14 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
     topic_filters.erase(std::unique(topic_filters.begin(), topic_filters.end()),
                         topic_filters.end());
 
+    if (ingest_options.protocol != MqttVersion::v5 && ingest_options.packet_bytes_max > 0) {
+        spdlog::info("{}: MQTT 3.1.1 has no Maximum Packet Size: the broker's own limit applies",
+                     options.config_name);
+    }
     auto state = std::make_unique<State>();
     state->options = std::move(options);
-    state->address = broker_address(state->options);
+    state->rotation = NodeRotation(state->options.addresses.size());
+    state->aim_at_current_node();
     state->filters = std::move(topic_filters);
     for (auto& f : state->filters) {
         state->filter_pointers.push_back(f.data());
@@ -136,6 +142,8 @@ Result<std::unique_ptr<Ingest>> Ingest::create(BrokerOptions options,
     create.sendWhileDisconnected = 0;
     // No client-side persistence: ingest publishes nothing, and received QoS1 messages are
     // made durable by the handler (the log) before the PUBACK.
+    // The first address names the client (and its transport: every address of one broker
+    // has the same, validate()); each attempt names its node (fill_paho_connect).
     int rc = MQTTAsync_createWithOptions(&state->client, state->address.c_str(),
                                          state->options.client_id.c_str(),
                                          MQTTCLIENT_PERSISTENCE_NONE, nullptr, &create);
@@ -197,14 +205,21 @@ Result<void> Ingest::start(std::chrono::milliseconds first_connect_timeout) {
     s.options.connect_timeout_s = std::max<int>(
         1,
         static_cast<int>(std::chrono::ceil<std::chrono::seconds>(first_connect_timeout).count()));
-    auto connected_now = s.connect_once();
-    s.options.connect_timeout_s = saved_timeout_s;
-    if (!connected_now) {
+    // Each address once, from the one the rotation is at: a cluster's first node being down
+    // must not keep the client from the others.
+    Result<void> connected_now = fail("no address");
+    for (std::size_t tried = 0; tried < s.options.addresses.size(); ++tried) {
+        connected_now = s.connect_once();
+        if (connected_now) break;
         s.connect_failures.fetch_add(1, std::memory_order_relaxed);
-        return connected_now;
+        std::lock_guard lock(s.mutex);
+        s.rotation.move_on();
+        if (s.stopping) break;
     }
+    s.options.connect_timeout_s = saved_timeout_s;
+    if (!connected_now) return connected_now;
     spdlog::info("{}: connected to {} as '{}', {} filter(s) at QoS1", s.options.config_name,
-                 s.address, s.options.client_id, s.filters.size());
+                 s.connected_node, s.options.client_id, s.filters.size());
     std::lock_guard lock(s.mutex);
     s.started = true;
     s.supervisor = std::thread([&s] { s.supervise(); });
@@ -252,10 +267,12 @@ IngestStats Ingest::stats() const {
     out.resubscribes = s.resubscribes.load(std::memory_order_relaxed);
     out.retained_skipped = s.retained_skipped.load(std::memory_order_relaxed);
     out.connections_cut = s.connections_cut.load(std::memory_order_relaxed);
+    out.failovers = s.failovers.load(std::memory_order_relaxed);
     out.socket_known = s.socket.load() >= 0;
     out.connected = s.is_connected.load();
     std::lock_guard lock(s.mutex);
     out.last_error = s.last_error;
+    out.node = s.connected_node;
     return out;
 }
 

@@ -56,7 +56,11 @@ struct IngestStats {
     std::uint64_t connections_cut = 0;   ///< connections cut for such a refusal
     std::uint64_t resubscribes = 0;      ///< connects where the broker had lost our session
     std::uint64_t retained_skipped = 0;  ///< retained messages acknowledged unseen (see options)
+    /// Connections made on another address than the previous connection's (NodeRotation).
+    std::uint64_t failovers = 0;
     bool connected = false;
+    /// The address the connection is on (while connected) or was last on; "" before the first.
+    std::string node;
     /// Whether the current connection's socket is known (paho_socket.h); when not, a refusal
     /// cuts every connection of the process to the broker.
     bool socket_known = false;
@@ -72,7 +76,7 @@ struct IngestOptions {
     bool accept_retained = false;
     /// MQTT 5 CONNECT's Maximum Packet Size: the broker sends no larger packet (mosquitto drops
     /// it for this client and logs "Dropping too large outgoing PUBLISH"), so a huge publish is
-    /// never read into memory. 0: no limit (the broker's own, up to MQTT's 256 MiB).
+    /// never read into memory. 0: no limit (the broker's own, up to MQTT's 256 MiB). MQTT 5 only.
     std::uint32_t packet_bytes_max = 0;
     /// Where the filters subscribed in the broker's session are recorded (a small file beside
     /// the data). A persistent session keeps every filter ever subscribed, so a filter a new
@@ -80,17 +84,21 @@ struct IngestOptions {
     /// the first connect that finds the session unsubscribes the recorded filters that are no
     /// longer wanted. Empty: nothing is recorded or unsubscribed.
     std::string subscriptions_file{};
+    /// MQTT 5, or 3.1.1 for a broker without it (client_options.h).
+    MqttVersion protocol = MqttVersion::v5;
 };
 
-/// Operation: a persistent MQTT 5 session with the gateway broker (clean start off, a session
-/// that never expires, a fixed client id), QoS1 subscriptions to every filter, made on the first
+/// Operation: a persistent MQTT 5 session with the broker (clean start off, a session that
+/// never expires, a fixed client id; or an MQTT 3.1.1 one, clean session off), QoS1
+/// subscriptions to every filter, made on the first
 /// connect of each Ingest and whenever the broker reports no session present (it lost our
 /// state); otherwise the broker's stored subscriptions are reused. Each subscription makes the
 /// broker resend the matching retained messages: they are acknowledged without the handler and
 /// counted (retained_skipped) unless IngestOptions::accept_retained. A lost connection is
-/// re-established by a background thread with capped exponential backoff (reconnect_delay:
-/// 250 ms .. 30 s). The broker queues messages while we are away. With packet_bytes_max the
-/// broker never sends a larger packet.
+/// re-established by a background thread with capped exponential backoff (reconnect_backoff:
+/// 250 ms .. 30 s, equal jitter), on the next of the broker's addresses (NodeRotation: a
+/// cluster's nodes share the session, so another node resumes it). The broker queues messages
+/// while we are away. With packet_bytes_max the broker never sends a larger packet.
 ///
 /// Acknowledgement: the handler runs inside Paho C's message-arrived callback, and Paho C
 /// (MQTTProtocol_handlePublishes, 1.3.x) sends the QoS1 PUBACK only after that callback
@@ -106,11 +114,11 @@ struct IngestOptions {
 /// socket down and returns at once: the PUBACK cannot leave, messages still read on that
 /// connection are not handed to the handler, and the broker keeps them all in our session
 /// (bounded by its max_queued_messages) and resends them, in order and flagged DUP, on the next
-/// connection. The reconnect waits reconnect_delay(refusals in a row), so a handler that keeps
-/// refusing costs one message read per 30 s at most. The callback never waits: Paho C runs the
-/// callbacks of every client in the process under one mutex, and a held callback would stop
-/// them all (and stop(), and the next create()). A pause longer than that is the caller's: stop
-/// and start later.
+/// connection, on the same node (the node is not at fault). The reconnect waits the backoff of
+/// refusals in a row, so a handler that keeps refusing costs one message read per 30 s at most. The
+/// callback never waits: Paho C runs the callbacks of every client in the process under one mutex,
+/// and a held callback would stop them all (and stop(), and the next create()). A pause longer than
+/// that is the caller's: stop and start later.
 ///
 /// Concurrency: create/start/stop from one owner thread; stats() and connected() from any
 /// thread. The handler is called from one Paho thread, never concurrently with itself.
@@ -132,9 +140,10 @@ class Ingest {
     Ingest& operator=(const Ingest&) = delete;
 
     /// Connects and subscribes, waiting up to `first_connect_timeout` for the first connect
-    /// and subscription. On failure returns why (refused, unreachable, bad credentials, TLS)
-    /// and leaves the client stopped; start() may be called again. Once started, lost
-    /// connections are retried in the background until stop().
+    /// and subscription, on each address in turn until one takes it (so at most that long per
+    /// address). On failure returns why (refused, unreachable, bad credentials, TLS) and leaves
+    /// the client stopped; start() may be called again. Once started, lost connections are
+    /// retried in the background until stop().
     Result<void> start(std::chrono::milliseconds first_connect_timeout = std::chrono::seconds(10));
 
     /// Stops reconnecting and disconnects cleanly (the session stays on the broker), waiting

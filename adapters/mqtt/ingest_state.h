@@ -11,9 +11,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "adapters/mqtt/ingest.h"
+#include "adapters/mqtt/node_rotation.h"
 
 namespace tidemark::mqtt {
 
@@ -21,12 +23,12 @@ namespace tidemark::mqtt {
 // Ingest on every pause, and the handler must still see each new connection as new.
 extern std::atomic<std::uint64_t> connections_in_process;
 
-// A Paho return code, or an MQTT 5 reason code, worded for the likely fix; `message` appended.
+// A Paho return code, an MQTT 5 reason code or an MQTT 3.1.1 CONNACK return code, in Paho's
+// words (MQTTReasonCode_toString, MQTTAsync_strerror) with the likely fix; `message` appended.
 std::string paho_error(int code, const char* message);
 
 struct Ingest::State {
     BrokerOptions options;
-    std::string address;  // broker_address(options), for messages
     std::vector<std::string> filters;
     std::vector<char*> filter_pointers;  // MQTTAsync_subscribeMany wants char* const*
     std::vector<int> filter_qos;
@@ -36,7 +38,7 @@ struct Ingest::State {
 
     std::atomic<std::uint64_t> messages{0}, bytes{0}, duplicates{0}, reconnects{0},
         connect_failures{0}, handler_retries{0}, resubscribes{0}, retained_skipped{0},
-        connections_cut{0};
+        connections_cut{0}, failovers{0};
     std::atomic<bool> is_connected{false};
     std::atomic<std::uint64_t> connection{0};  // of the current connection, see on_connect_success
     // The socket of the current connection (paho_socket::find), -1 when Paho's trace did not
@@ -51,6 +53,12 @@ struct Ingest::State {
 
     mutable std::mutex mutex;  // guards everything below
     std::condition_variable changed;
+    // Which address the next attempt goes to, and the node of the current (or last)
+    // connection: read by Paho's callbacks, moved by start() and supervise() between attempts.
+    NodeRotation rotation{1};
+    BrokerAddress node;
+    std::string address;         // broker_address(node), for messages
+    std::string connected_node;  // the address of the latest connection; "" before one
     std::string last_error;
     bool started = false;
     bool stopping = false;
@@ -80,13 +88,25 @@ struct Ingest::State {
         changed.notify_all();
     }
 
+    bool v5() const { return ingest_options.protocol == MqttVersion::v5; }
+    // The address of the next attempt (`node`, `address`), from rotation; under `mutex`.
+    void aim_at_current_node();
+    // (host, port) of the current node, for finding and cutting its socket.
+    std::pair<std::string, int> node_host_port() const;
     Result<void> connect_once();
     void disconnect(std::chrono::milliseconds timeout);
     void subscription_refused(std::string error);
     void supervise();
     void cut(std::uint64_t connection_number);
 
-    // Paho C callbacks: `context` is the State.
+    // What Paho's callbacks report, whichever protocol's callback it came through.
+    void connected(bool session_present);
+    void connect_failed(int code, const char* message);
+    void subscribed(const std::vector<int>& granted);
+    void subscribe_failed(int code, const char* message);
+
+    // Paho C callbacks: `context` is the State. Paho takes the *5 ones with MQTT 5 only and
+    // the others with 3.1.1 only.
     static int on_message(void* context, char* topic, int topic_length, MQTTAsync_message* m);
     static void on_connection_lost(void* context, char* cause);
     static void on_connect_success(void* context, MQTTAsync_successData5* response);
@@ -97,6 +117,14 @@ struct Ingest::State {
     static void on_unsubscribe_failure(void* context, MQTTAsync_failureData5* response);
     static void on_disconnect_done(void* context, MQTTAsync_successData5* response);
     static void on_disconnect_failed(void* context, MQTTAsync_failureData5* response);
+    static void on_connect_success3(void* context, MQTTAsync_successData* response);
+    static void on_connect_failure3(void* context, MQTTAsync_failureData* response);
+    static void on_subscribe_success3(void* context, MQTTAsync_successData* response);
+    static void on_subscribe_failure3(void* context, MQTTAsync_failureData* response);
+    static void on_unsubscribe_success3(void* context, MQTTAsync_successData* response);
+    static void on_unsubscribe_failure3(void* context, MQTTAsync_failureData* response);
+    static void on_disconnect_done3(void* context, MQTTAsync_successData* response);
+    static void on_disconnect_failed3(void* context, MQTTAsync_failureData* response);
 };
 
 }  // namespace tidemark::mqtt

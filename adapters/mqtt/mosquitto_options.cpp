@@ -41,7 +41,8 @@ void mosquitto_library_init() {
     std::call_once(once, [] { mosquitto_lib_init(); });
 }
 
-Result<void> apply_mosquitto_options(mosquitto* mosq, const BrokerOptions& broker) {
+Result<void> apply_mosquitto_options(mosquitto* mosq, const BrokerOptions& broker,
+                                     const BrokerAddress& node) {
     mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311);
     if (!broker.username.empty()) {
         const int rc =
@@ -52,7 +53,7 @@ Result<void> apply_mosquitto_options(mosquitto* mosq, const BrokerOptions& broke
                         ": user name or password refused by the client: " + mosquitto_strerror(rc));
         }
     }
-    if (broker.tls) return apply_tls(mosq, broker);
+    if (node.tls) return apply_tls(mosq, broker);
     return {};
 }
 

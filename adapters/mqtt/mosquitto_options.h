@@ -12,9 +12,11 @@ namespace tidemark::mqtt {
 // libmosquitto's global set-up (OpenSSL, sockets) is not thread-safe: once per process.
 void mosquitto_library_init();
 
-/// MQTT 3.1.1, the user name and password, and TLS that verifies the broker's certificate chain
-/// and host name (the system's trust store when no ca_file is named; an encrypted private key is
-/// refused rather than prompted for). Errors name the setting (options.config_name).
-Result<void> apply_mosquitto_options(mosquitto* mosq, const BrokerOptions& options);
+/// MQTT 3.1.1, the user name and password, and, when `node` (one of options.addresses) is
+/// ssl://, TLS that verifies the broker's certificate chain and host name (the system's trust
+/// store when no ca_file is named; an encrypted private key is refused rather than prompted
+/// for). Errors name the setting (options.config_name).
+Result<void> apply_mosquitto_options(mosquitto* mosq, const BrokerOptions& options,
+                                     const BrokerAddress& node);
 
 }  // namespace tidemark::mqtt

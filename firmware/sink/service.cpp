@@ -49,7 +49,9 @@ class IngestSlot {
             out.connect_failures += now.connect_failures;
             out.handler_retries += now.handler_retries;
             out.retained_skipped += now.retained_skipped;
+            out.failovers += now.failovers;
             out.connected = now.connected;
+            out.node = now.node;  // the node this ingest is on
             if (!now.last_error.empty()) out.last_error = now.last_error;
         }
         return out;
@@ -68,6 +70,7 @@ class IngestSlot {
         before_.connect_failures += s.connect_failures;
         before_.handler_retries += s.handler_retries;
         before_.retained_skipped += s.retained_skipped;
+        before_.failovers += s.failovers;
         if (!s.last_error.empty()) before_.last_error = s.last_error;
     }
     mutable std::mutex mutex_;
@@ -82,6 +85,9 @@ Result<std::unique_ptr<mqtt::Ingest>> start_ingest(const config::SinkConfig& con
     options.accept_retained = true;
     // Beside the spool (not in it: its directory holds segments only).
     options.subscriptions_file = config.spool.dir + ".subscriptions";
+    options.protocol = config.source.protocol == config::SinkProtocol::v3_1_1
+                           ? mqtt::MqttVersion::v3_1_1
+                           : mqtt::MqttVersion::v5;
     auto ingest = mqtt::Ingest::create(
         source_options(config), config.source.topics,
         [&spool](const mqtt::IncomingMessage& m) { return spool.handle(m); }, options);

@@ -81,6 +81,8 @@ std::string sink_health_json(const SinkFigures& f) {
                    {"messages", f.ingest.messages},
                    {"duplicates_flagged", f.ingest.duplicates},
                    {"reconnects", f.ingest.reconnects},
+                   {"node", f.ingest.node},
+                   {"failovers", f.ingest.failovers},
                    {"last_error", text_or_null(f.ingest.last_error)}};
     h["postgres"] = {{"up", w.postgres_up},
                      {"connects", w.postgres_connects},

@@ -5,9 +5,8 @@ namespace tidemark::firmware::sink {
 mqtt::BrokerOptions source_options(const config::SinkConfig& config) {
     const config::SinkSourceConfig& s = config.source;
     mqtt::BrokerOptions b;
-    b.tls = s.endpoint.tls;
-    b.host = s.endpoint.host;
-    b.port = s.endpoint.port;
+    for (const config::Endpoint& e : s.endpoints)
+        b.addresses.push_back({e.tls, e.host, e.port});
     b.client_id = s.client_id;
     b.username = s.username;
     b.password = s.password;

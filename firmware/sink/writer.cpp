@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
+
+#include "core/backoff.h"
 
 namespace tidemark::firmware::sink {
 
@@ -62,11 +65,11 @@ std::string SinkWriter::fatal_error() const {
     return stats_.fatal ? stats_.fatal_error : std::string();
 }
 
-int64_t SinkWriter::backoff_ms(int failures) const {
-    int64_t delay = options_.reconnect_delay_min_ms;
-    for (int i = 0; i < failures && delay < options_.reconnect_delay_max_ms; ++i)
-        delay *= 2;
-    return std::min(delay, options_.reconnect_delay_max_ms);
+// The one reconnect backoff (core/backoff.h), its jitter drawn here: sinks that lost the same
+// database spread their reconnects.
+int64_t SinkWriter::backoff_ms(int failures) {
+    const core::Backoff backoff{options_.reconnect_delay_min_ms, options_.reconnect_delay_max_ms};
+    return backoff.wait_ms(failures, std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
 }
 
 void SinkWriter::wait(int64_t ms) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,12 +113,13 @@ class SinkWriter {
     Result<postgres::CommitOutcome> finish_commit(Pending& pending);
     void record(const Pending& pending, const postgres::CommitOutcome& outcome, int64_t started_ms);
     void disconnected(const Error& error);
-    void wait(int64_t ms);  // sliced, until stop()
-    int64_t backoff_ms(int failures) const;
+    void wait(int64_t ms);             // sliced, until stop()
+    int64_t backoff_ms(int failures);  // core::Backoff with jitter from rng_
 
     const WriterOptions options_;
     Spool& spool_;
     const core::Clock& clock_;
+    std::minstd_rand rng_{std::random_device{}()};  // the writer's thread only
     codec::UpstreamParser parser_;
     std::unique_ptr<postgres::SinkStore> store_;
     std::unique_ptr<log::LogReader> reader_;

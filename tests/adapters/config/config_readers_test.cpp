@@ -1,4 +1,5 @@
 // The readers' shared messages, the broker URI parse, and the 32-bit map limit.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -134,4 +135,45 @@ TEST_CASE("a 32-bit gateway refuses an LMDB map it cannot address", "[config]") 
     CHECK(config::check_map_size((1ULL << 30) + 1, 4).has_value());
     CHECK_FALSE(config::check_map_size(1ULL << 30, 4).has_value());
     CHECK_FALSE(config::check_map_size(1ULL << 40, 8).has_value());
+}
+
+TEST_CASE("upstream.uri is one address or a cluster's list, each checked", "[config][fleet]") {
+    using config::Endpoint;
+    const auto with_uri = [](const std::string& uri) {
+        return replace(minimal, R"("pipelines")",
+                       R"("upstream": {"uri": )" + uri + R"(}, "pipelines")");
+    };
+    auto loaded = parse_config(
+        with_uri(R"(["tcp://127.0.0.1:4001", "tcp://127.0.0.1:4002", "tcp://[::1]:4003"])"), "/");
+    INFO((loaded ? std::string() : config::format_errors(loaded.error())));
+    REQUIRE(loaded.has_value());
+    REQUIRE(loaded->upstream->endpoints.size() == 3);
+    CHECK(loaded->upstream->endpoints[2] == Endpoint{false, "::1", 4003});
+    CHECK(loaded->upstream->endpoint == Endpoint{false, "127.0.0.1", 4001});  // the first
+    CHECK(loaded->upstream->uri == "tcp://127.0.0.1:4001, tcp://127.0.0.1:4002, tcp://[::1]:4003");
+
+    // A single string stays valid.
+    loaded = parse_config(with_uri(R"("tcp://127.0.0.1:4001")"), "/");
+    REQUIRE(loaded.has_value());
+    CHECK(loaded->upstream->endpoints.size() == 1);
+
+    // Every address is checked, by its own pointer.
+    CHECK_THAT(only_error(with_uri(R"(["tcp://127.0.0.1:4001", "tcp://h"])"), "/upstream/uri/1"),
+               Catch::Contains("has no port"));
+    CHECK_THAT(only_error(with_uri(R"(["tcp://127.0.0.1:4001", 7])"), "/upstream/uri/1"),
+               Catch::Contains("expected a broker URI"));
+    CHECK_THAT(only_error(with_uri(R"(["tcp://a:1", "tcp://a:1"])"), "/upstream/uri/1"),
+               Catch::Contains("twice"));
+    CHECK_THAT(only_error(with_uri("[]"), "/upstream/uri"), Catch::Contains("1 to 16"));
+    CHECK_THAT(only_error(with_uri(R"(["ssl://a:8883", "tcp://b:1883"])"), "/upstream/uri"),
+               Catch::Contains("mixes ssl:// and tcp://"));
+    // One tls section for every address: each must be ssl://.
+    const auto errors = test::errors_of(replace(
+        minimal, R"("pipelines")",
+        R"("upstream": {"uri": ["ssl://a:8883", "tcp://b:1883"], "tls": {}}, "pipelines")"));
+    INFO(config::format_errors(errors));
+    CHECK(std::any_of(errors.begin(), errors.end(), [](const config::ConfigError& e) {
+        return e.pointer == "/upstream/tls" &&
+               e.message.find("\"tcp://b:1883\" is not an encrypted") != std::string::npos;
+    }));
 }

@@ -185,3 +185,26 @@ TEST_CASE("examples/sink.json, the example the package ships, loads", "[config][
     INFO((loaded ? "" : config::format_errors(loaded.error())));
     CHECK(loaded.has_value());
 }
+
+TEST_CASE("the sink's source.uri is one address or a cluster's list; protocol 3.1.1 for NATS",
+          "[config][sink][fleet]") {
+    auto loaded = config::parse_sink_config(
+        replace(minimal_sink, R"("uri": "tcp://127.0.0.1:1883")",
+                R"("uri": ["tcp://127.0.0.1:4001", "tcp://127.0.0.1:4002"], "protocol": "3.1.1")"),
+        "/");
+    INFO((loaded ? "" : config::format_errors(loaded.error())));
+    REQUIRE(loaded.has_value());
+    REQUIRE(loaded->source.endpoints.size() == 2);
+    CHECK(loaded->source.endpoints[1].port == 4002);
+    CHECK(loaded->source.protocol == config::SinkProtocol::v3_1_1);
+    CHECK(config::parse_sink_config(minimal_sink, "/")->source.protocol ==
+          config::SinkProtocol::v5);
+    CHECK_THAT(only_sink_error(replace(minimal_sink, R"("uri": "tcp://127.0.0.1:1883")",
+                                       R"("uri": ["tcp://127.0.0.1:4001", "udp://x:1"])"),
+                               "/sink/source/uri/1"),
+               Catch::Contains("is not a broker URI"));
+    CHECK_THAT(only_sink_error(replace(minimal_sink, R"("uri": "tcp://127.0.0.1:1883")",
+                                       R"("uri": "tcp://127.0.0.1:1883", "protocol": "4")"),
+                               "/sink/source/protocol"),
+               Catch::Contains("3.1.1"));
+}

@@ -6,7 +6,6 @@
 #include "tests/support/manual_clock.h"
 
 using tidemark::mqtt::LinkTimers;
-using tidemark::mqtt::reconnect_wait_ms;
 using tidemark::test::ManualClock;
 
 TEST_CASE("the ack timeout, delete interval and outbox look are decided by the given clock",
@@ -49,15 +48,4 @@ TEST_CASE("the ack timeout, delete interval and outbox look are decided by the g
     timers.looked();
     clock.set_wall(0);
     CHECK_FALSE(timers.look_due());
-}
-
-TEST_CASE("the reconnect wait doubles to its cap, jittered down to half and never above",
-          "[forwarder]") {
-    CHECK(reconnect_wait_ms(0, 250, 1'500, 1.0) == 250);
-    CHECK(reconnect_wait_ms(1, 250, 1'500, 1.0) == 500);
-    CHECK(reconnect_wait_ms(2, 250, 1'500, 1.0) == 1'000);
-    CHECK(reconnect_wait_ms(3, 250, 1'500, 1.0) == 1'500);
-    CHECK(reconnect_wait_ms(40, 250, 1'500, 1.0) == 1'500);
-    CHECK(reconnect_wait_ms(40, 250, 1'500, 0.5) == 750);
-    CHECK(reconnect_wait_ms(0, 250, 1'500, 0.5) == 125);
 }

@@ -567,8 +567,8 @@ TEST_CASE("broker restart: ingest reconnects, keeps receiving, and queued messag
 TEST_CASE("bad settings and refused connections are errors that say what to fix", "[ingest]") {
     Collector collector;
     BrokerOptions bad;
-    bad.host = "127.0.0.1";
-    bad.port = 0;  // the scheme of a uri is the config's check (config_readers_test)
+    bad.addresses = {{false, "127.0.0.1",
+                      0}};  // the scheme of a uri is the config's check (config_readers_test)
     bad.client_id = "x";
     bad.config_name = "source";
     auto created = Ingest::create(bad, {"t"}, collector.handler());
@@ -702,4 +702,32 @@ TEST_CASE(
     REQUIRE(log.connections.size() == 3);
     CHECK(log.connections[0] < log.connections[1]);
     CHECK(log.connections[1] < log.connections[2]);
+}
+
+TEST_CASE("a list of addresses: a dead first node is passed over, a lost node left for the next",
+          "[ingest][fleet]") {
+    Broker first = Broker::start({.persistence = true, .max_inflight = 100, .extra_conf = ""});
+    Broker second = Broker::start();
+    const int dead_port = tidemark::test::free_loopback_port();  // nothing listens there
+    Collector collector;
+    BrokerOptions o = options_for(first, "ingest-list");
+    tidemark::test::set_addresses(
+        o, {"tcp://127.0.0.1:" + std::to_string(dead_port), first.uri(), second.uri()});
+    o.connect_timeout_s = 2;
+    auto ingest = Ingest::create(o, {"t/#"}, collector.handler());
+    REQUIRE(ingest.has_value());
+    REQUIRE((*ingest)->start(5s).has_value());  // node 0 refuses: start() goes on to node 1
+    CHECK((*ingest)->stats().node == first.uri());
+    CHECK((*ingest)->stats().failovers == 0);  // the first link is no failover
+
+    first.kill();  // node 1 dies: the next attempt is on node 2, at once
+    REQUIRE(eventually(
+        [&] { return (*ingest)->connected() && (*ingest)->stats().node == second.uri(); }, 30s));
+    CHECK((*ingest)->stats().failovers == 1);
+    TestClient publisher = TestClient::connect(second.uri());
+    publisher.publish("t/x", "after the failover");
+    const auto seen = collector.wait_for(1);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].payload == "after the failover");
+    (*ingest)->stop(5s);
 }
