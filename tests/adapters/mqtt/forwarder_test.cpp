@@ -242,8 +242,11 @@ void outage_case(bool kill) {
     for (int i = 0; i < rows_total; ++i) {
         if (!distinct.contains(row_payload(i))) missing.push_back(i);
     }
+    // A killed mosquitto loses what it acknowledged after its last autosave (every second) and
+    // had not yet delivered: the broker's loss, which grows with how far the subscriber lagged
+    // (44-125 rows on a loaded machine), not the forwarder's window. The forwarder's promise is
+    // that only rows the broker acknowledged can be missing: every later one was re-sent.
     INFO("rows the killed broker had acknowledged but not passed on: " << missing.size());
-    CHECK(missing.size() <= 20);  // the forwarder's window (options_for: max_inflight 20)
     CHECK(std::all_of(missing.begin(), missing.end(),
                       [&](int row) { return row < static_cast<int>(acked_before_outage) + 20; }));
 }
