@@ -6,20 +6,29 @@
 
 namespace tidemark::firmware {
 
-mqtt::BrokerOptions source_broker_options(const config::Config& config) {
+mqtt::BrokerOptions broker_options(const std::vector<config::Endpoint>& endpoints,
+                                   const std::string& client_id, const std::string& username,
+                                   const std::string& password,
+                                   const std::optional<config::TlsConfig>& tls,
+                                   std::string config_name) {
     mqtt::BrokerOptions b;
-    for (const config::Endpoint& e : config.source.endpoints)
+    for (const config::Endpoint& e : endpoints)
         b.addresses.push_back({e.tls, e.host, e.port});
-    b.client_id = config.source.client_id;
-    b.username = config.source.username;
-    b.password = config.source.password;
-    if (config.source.tls) {
-        b.ca_file = config.source.tls->ca_file;
-        b.cert_file = config.source.tls->cert_file;
-        b.key_file = config.source.tls->key_file;
+    b.client_id = client_id;
+    b.username = username;
+    b.password = password;
+    if (tls) {
+        b.ca_file = tls->ca_file;
+        b.cert_file = tls->cert_file;
+        b.key_file = tls->key_file;
     }
-    b.config_name = "source";
+    b.config_name = std::move(config_name);
     return b;
+}
+
+mqtt::BrokerOptions source_broker_options(const config::Config& config) {
+    const config::SourceConfig& s = config.source;
+    return broker_options(s.endpoints, s.client_id, s.username, s.password, s.tls, "source");
 }
 
 namespace {
@@ -44,27 +53,15 @@ mqtt::IngestOptions ingest_options(const config::Config& config) {
 }
 
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config) {
-    mqtt::BrokerOptions b;
     const config::UpstreamConfig& u = *config.upstream;
-    for (const config::Endpoint& e : u.endpoints)
-        b.addresses.push_back({e.tls, e.host, e.port});
-    b.client_id = u.client_id;
-    b.username = u.username;
-    b.password = u.password;
-    if (u.tls) {
-        b.ca_file = u.tls->ca_file;
-        b.cert_file = u.tls->cert_file;
-        b.key_file = u.tls->key_file;
-    }
+    mqtt::BrokerOptions b =
+        broker_options(u.endpoints, u.client_id, u.username, u.password, u.tls, "upstream");
     b.max_inflight = static_cast<int>(u.max_inflight);
-    b.config_name = "upstream";
     return b;
 }
 
-namespace {
-
-log::FsyncPolicy to_log(config::FsyncPolicy p) {
-    switch (p) {
+log::FsyncPolicy log_fsync(config::FsyncPolicy policy) {
+    switch (policy) {
         case config::FsyncPolicy::always:
             return log::FsyncPolicy::always;
         case config::FsyncPolicy::interval:
@@ -76,12 +73,10 @@ log::FsyncPolicy to_log(config::FsyncPolicy p) {
     return log::FsyncPolicy::interval;
 }
 
-}  // namespace
-
 log::LogOptions log_options(const config::Config& config) {
     log::LogOptions lo;
     lo.dir = config.data_dir + "/log";
-    lo.fsync = to_log(config.storage.fsync);
+    lo.fsync = log_fsync(config.storage.fsync);
     lo.fsync_interval_ms = config.storage.fsync_interval_ms;
     lo.segment_bytes = config.storage.segment_bytes;
     lo.retention_bytes_max = config.storage.log_retention.max_bytes;

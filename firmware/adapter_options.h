@@ -2,6 +2,10 @@
 // config themselves (DESIGN.md section 2), so this is the one place that knows both.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "adapters/codec/decoder.h"
 #include "adapters/config/config.h"
 #include "adapters/lmdb/types.h"
@@ -14,6 +18,15 @@
 
 namespace tidemark::firmware {
 
+/// The one mapping of a config's broker section (addresses, credentials, TLS files) onto the
+/// adapters' BrokerOptions, for the gateway's source and upstream and the sink's source.
+mqtt::BrokerOptions broker_options(const std::vector<config::Endpoint>& endpoints,
+                                   const std::string& client_id, const std::string& username,
+                                   const std::string& password,
+                                   const std::optional<config::TlsConfig>& tls,
+                                   std::string config_name);
+/// config's fsync policy as the log (and the sink's spool, a log) takes it.
+log::FsyncPolicy log_fsync(config::FsyncPolicy policy);
 mqtt::BrokerOptions source_broker_options(const config::Config& config);
 /// Ingest's options: retained messages as source.retained says, and the largest MQTT packet the
 /// broker may send us (CONNECT's Maximum Packet Size): source.max_payload plus room for the

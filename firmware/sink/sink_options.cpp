@@ -1,38 +1,18 @@
 #include "firmware/sink/sink_options.h"
 
+#include "firmware/adapter_options.h"
+
 namespace tidemark::firmware::sink {
 
 mqtt::BrokerOptions source_options(const config::SinkConfig& config) {
     const config::SinkSourceConfig& s = config.source;
-    mqtt::BrokerOptions b;
-    for (const config::Endpoint& e : s.endpoints)
-        b.addresses.push_back({e.tls, e.host, e.port});
-    b.client_id = s.client_id;
-    b.username = s.username;
-    b.password = s.password;
-    if (s.tls) {
-        b.ca_file = s.tls->ca_file;
-        b.cert_file = s.tls->cert_file;
-        b.key_file = s.tls->key_file;
-    }
-    b.config_name = "sink.source";
-    return b;
+    return broker_options(s.endpoints, s.client_id, s.username, s.password, s.tls, "sink.source");
 }
 
 SpoolOptions spool_options(const config::SinkConfig& config) {
     SpoolOptions o;
     o.dir = config.spool.dir;
-    switch (config.spool.fsync) {
-        case config::FsyncPolicy::always:
-            o.fsync = log::FsyncPolicy::always;
-            break;
-        case config::FsyncPolicy::interval:
-            o.fsync = log::FsyncPolicy::interval;
-            break;
-        case config::FsyncPolicy::never:
-            o.fsync = log::FsyncPolicy::never;
-            break;
-    }
+    o.fsync = log_fsync(config.spool.fsync);
     o.fsync_interval_ms = config.spool.fsync_interval_ms;
     o.max_bytes = config.spool.max_bytes;
     o.max_payload_bytes = config.source.max_payload_bytes;

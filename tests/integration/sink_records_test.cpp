@@ -197,7 +197,8 @@ TEST_CASE("a full spool pauses ingest, the broker keeps the rest, and nothing is
     CHECK(full["spool"]["backlog_bytes"].get<uint64_t>() <= (16ULL << 20));
     server().start_again();
     REQUIRE(eventually(
-        [&] { return s.q("SELECT count(*) FROM spoolfull.results") == std::to_string(records); }, 120s));
+        [&] { return s.q("SELECT count(*) FROM spoolfull.results") == std::to_string(records); },
+        120s));
     const auto after = s.sink->wait_committed(60s);
     CHECK(after["broker"]["pauses"].get<int>() >= 1);
     CHECK(after["broker"]["paused"] == false);
