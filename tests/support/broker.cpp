@@ -97,6 +97,11 @@ TempDir::TempDir(std::string_view prefix) : path_(temp_dir(prefix)) {}
 
 TempDir::~TempDir() {
     if (path_.empty()) return;
+    // For a post-mortem of a failed run: its brokers' and daemons' directories stay.
+    if (std::getenv("TIDEMARK_KEEP_TMP")) {
+        std::fprintf(stderr, "TIDEMARK_KEEP_TMP: kept %s\n", path_.c_str());
+        return;
+    }
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
 }
