@@ -43,13 +43,18 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "adapters/postgres/sink_store.h"
 #include "bench/sink_bench.h"
 #include "tests/support/broker.h"
+#include "tests/support/nats_cluster.h"
 #include "tests/support/postgres.h"
 
 namespace {
@@ -69,7 +74,8 @@ struct Options {
     int rate = 5000;
     int seconds = 20;
     int broker_inflight = 100;  ///< mosquitto's max_inflight_messages
-    std::string only;  ///< run one phase (bare, sink, drain, latency, share), for profiling
+    int fleet_rows = 0;  ///< records of the fleet phase (nats cluster); 0: --rows, at most 10000
+    std::string only;    ///< run one phase (bare, sink, drain, latency, share), for profiling
 };
 
 int64_t wall_ms() {
@@ -87,6 +93,20 @@ struct Message {
     std::string topic, payload;
 };
 
+// A connect that tries again: a nats-server node under load has refused one now and then
+// ("TCP connect completion failure"), which is not what a phase measures.
+void connect_retrying(::mqtt::async_client& client, const ::mqtt::connect_options& options) {
+    for (int attempt = 1;; ++attempt) {
+        try {
+            client.connect(options)->wait();
+            return;
+        } catch (const ::mqtt::exception&) {
+            if (attempt == 5) throw;
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+    }
+}
+
 // ---- publishing ----
 
 // Publishes records [from, to) at QoS1 with a window of in-flight publishes; `rate` per second
@@ -101,7 +121,7 @@ void publish(const std::string& uri, const std::string& client_id, int from, int
     ::mqtt::connect_options options;
     options.set_clean_session(true);
     options.set_max_inflight(1000);
-    client.connect(options)->wait();
+    connect_retrying(client, options);
     std::deque<::mqtt::delivery_token_ptr> inflight;
     const auto started = Steady::now();
     for (int i = from; i < to; ++i) {
@@ -138,16 +158,28 @@ void publish_parallel(const std::string& uri, int rows, int publishers) {
 class Sink {
   public:
     Sink(const std::string& dir, const std::string& name, const std::string& broker_uri,
-         const test::Postgres& pg, const std::string& schema, const std::string& topic) {
+         const test::Postgres& pg, const std::string& schema, const std::string& topic)
+        : Sink(dir, name, std::vector<std::string>{broker_uri}, pg, schema, {topic}, "") {}
+    /// Several broker addresses (a cluster's nodes, the first one tried first), several topic
+    /// filters, and `protocol` ("3.1.1" for nats-server; empty: the sink's default).
+    Sink(const std::string& dir, const std::string& name, const std::vector<std::string>& uris,
+         const test::Postgres& pg, const std::string& schema,
+         const std::vector<std::string>& topics, const std::string& protocol) {
         config_ = dir + "/" + name + ".json";
         log_ = dir + "/" + name + ".log";
-        std::ofstream(config_) << "{\"sink\": {\"source\": {\"uri\": \"" << broker_uri
-                               << "\", \"client_id\": \"" << name << "\", \"topics\": [\"" << topic
-                               << "\"]}, \"postgres\": {\"conninfo\": \"" << pg.conninfo()
-                               << "\", \"schema\": \"" << schema << "\"}, \"spool\": {\"dir\": \""
-                               << dir << "/" << name
-                               << "-spool\", \"max_bytes\": \"1GiB\"}, \"health\": {\"interval\": "
-                                  "\"1s\"}, \"log_level\": \"warn\"}}";
+        nlohmann::json source = {
+            {"uri", uris.size() == 1 ? nlohmann::json(uris[0]) : nlohmann::json(uris)},
+            {"client_id", name},
+            {"topics", topics}};
+        if (!protocol.empty()) source["protocol"] = protocol;
+        const nlohmann::json config = {
+            {"sink",
+             {{"source", source},
+              {"postgres", {{"conninfo", pg.conninfo()}, {"schema", schema}}},
+              {"spool", {{"dir", dir + "/" + name + "-spool"}, {"max_bytes", "1GiB"}}},
+              {"health", {{"interval", "1s"}}},
+              {"log_level", "warn"}}}};
+        std::ofstream(config_) << config.dump();
     }
     ~Sink() { stop(); }
     void start() {
@@ -195,7 +227,7 @@ void forget_session(const std::string& uri, const std::string& client_id) {
                                 static_cast<::mqtt::iclient_persistence*>(nullptr));
     ::mqtt::connect_options options;
     options.set_clean_session(true);
-    client.connect(options)->wait();
+    connect_retrying(client, options);
     client.disconnect()->wait();
 }
 
@@ -222,7 +254,8 @@ class Poll {
 };
 
 long count_rows(Poll& poll, const std::string& schema) {
-    return std::stol(poll.scalar("SELECT count(*) FROM " + schema + ".results"));
+    return std::stol(
+        poll.scalar("SELECT count(*) FROM " + schema + ".results WHERE key <> 'probe'"));
 }
 
 // Whether record i's row is in `schema`: an index lookup, cheap enough to poll every 20 ms
@@ -246,8 +279,9 @@ double time_to_rows(const test::Postgres& pg, const std::string& schema, long ro
                     long& first_rows, const std::vector<int>& last) {
     const auto deadline = Steady::now() + 600s;
     Poll poll(pg);
-    while (Steady::now() < deadline && poll.scalar("SELECT count(*) FROM (SELECT 1 FROM " + schema +
-                                                   ".results LIMIT 1) x") != "1")
+    while (Steady::now() < deadline &&
+           poll.scalar("SELECT count(*) FROM (SELECT 1 FROM " + schema +
+                       ".results WHERE key <> 'probe' LIMIT 1) x") != "1")
         std::this_thread::sleep_for(5ms);
     const auto first = Steady::now();
     first_rows = count_rows(poll, schema);
@@ -288,7 +322,7 @@ double mqtt_ceiling(const test::Broker& broker, int rows, const std::string& id)
     auto connect = [&](::mqtt::async_client& client) {
         ::mqtt::connect_options options;
         options.set_clean_session(false);
-        client.connect(options)->wait();
+        connect_retrying(client, options);
     };
     {
         ::mqtt::async_client client(broker.uri(), id, ::mqtt::create_options(MQTTVERSION_3_1_1),
@@ -397,15 +431,165 @@ Options parse(int argc, char** argv) {
             o.seconds = v;
         else if (k == "--broker-inflight")
             o.broker_inflight = v;
+        else if (k == "--fleet-rows")
+            o.fleet_rows = v;
         else {
             std::fprintf(stderr,
                          "usage: bench_sink [--runs 3] [--rows 60000] [--rate 5000] "
-                         "[--seconds 20] [--broker-inflight 100] [--only "
-                         "bare|mqtt|sink|drain|latency|share]\n");
+                         "[--seconds 20] [--broker-inflight 100] [--fleet-rows N] [--only "
+                         "bare|mqtt|sink|drain|latency|share|fleet]\n");
             std::exit(2);
         }
     }
     return o;
+}
+
+// ---- the fleet (issue 28): the same flood on a three-node nats-server cluster ----
+
+// The cluster's nodes, starting at `first` (a sink tries them in this order).
+std::vector<std::string> nodes_from(const test::NatsCluster& cluster, int first) {
+    std::vector<std::string> out;
+    for (int n = 0; n < test::NatsCluster::nodes; ++n)
+        out.push_back(cluster.mqtt_uri((first + n) % test::NatsCluster::nodes));
+    return out;
+}
+
+// nats-server 2.9 makes a JetStream consumer for each QoS1 filter of a new session, replicated
+// on the three nodes: two sinks with 25 filters each were not all subscribed 3 s after they
+// started, and the records published before that were never theirs. So a flood waits until
+// `through` says a probe record (key "probe") of every gateway, published once a second, came
+// through; the probes are not counted (time_to_rows skips key "probe"; a probe still in flight
+// would arrive after a DELETE).
+template <class Through>
+void probe_until(const test::NatsCluster& cluster, Through through) {
+    const auto started = Steady::now();
+    ::mqtt::async_client client(cluster.mqtt_uri(0), "fleet-probe",
+                                ::mqtt::create_options(MQTTVERSION_3_1_1),
+                                static_cast<::mqtt::iclient_persistence*>(nullptr));
+    ::mqtt::connect_options options;
+    options.set_clean_session(true);
+    connect_retrying(client, options);
+    while (!through()) {
+        if (seconds_since(started) > 120) bench::fail("fleet: not subscribed in 120 s");
+        for (int g = 0; g < 50; ++g) {
+            std::string payload = record(1'000'000 + g, 1764400065000);  // gateway g, dev-000
+            payload.replace(payload.find("dev-000"), 7, "probe");
+            client.publish(topic_of(g), payload.data(), payload.size(), 1, false)->wait();
+        }
+        std::this_thread::sleep_for(1s);
+    }
+    client.disconnect()->wait();
+    std::printf("  every share subscribed %.1f s after the start\n", seconds_since(started));
+}
+
+void wait_subscribed(const test::Postgres& pg, const test::NatsCluster& cluster,
+                     const std::string& schema) {
+    Poll poll(pg);
+    const std::string probes =
+        "SELECT count(DISTINCT node) FROM " + schema + ".results WHERE key = 'probe'";
+    probe_until(cluster, [&] { return poll.scalar(probes) == "50"; });
+}
+
+// The topic filters of share k of `shares`: "tidemark/#" for one, else the gateways g with
+// g % shares == k, one filter each (nats-server has no $share: FLEET.md, "Several sinks").
+std::vector<std::string> share_filters(int k, int shares) {
+    if (shares == 1) return {"tidemark/#"};
+    std::vector<std::string> out;
+    for (int g = k; g < 50; g += shares) {
+        char filter[32];
+        std::snprintf(filter, sizeof filter, "tidemark/gw-%02d/#", g);
+        out.push_back(filter);
+    }
+    return out;
+}
+
+// The cluster's own QoS1 rate: bare Paho subscribers (PUBACK when the callback returns, as the
+// sink's ingest) that only count, on node 1 (and 2), with the filters of `shares` shares, while
+// the two publishers flood `rows` records into node 0, as the gateways' forwarders would:
+// messages/s from the first message to the last, over all subscribers.
+double fleet_bare(const test::NatsCluster& cluster, int rows, const std::string& id, int shares) {
+    std::atomic<int> received{0};
+    Steady::time_point first{}, last{};
+    std::mutex mutex;
+    std::set<std::string> probed;  // topics whose probe arrived
+    std::vector<std::unique_ptr<::mqtt::async_client>> clients;
+    for (int k = 0; k < shares; ++k) {
+        clients.push_back(std::make_unique<::mqtt::async_client>(
+            cluster.mqtt_uri(1 + k % 2), id + "-" + std::to_string(k),
+            ::mqtt::create_options(MQTTVERSION_3_1_1),
+            static_cast<::mqtt::iclient_persistence*>(nullptr)));
+        auto& client = *clients.back();
+        client.set_message_callback([&](::mqtt::const_message_ptr m) {
+            if (m->get_payload_str().find("\"probe\"") != std::string::npos) {
+                std::lock_guard lock(mutex);
+                probed.insert(m->get_topic());
+                return;
+            }
+            const int n = ++received;
+            std::lock_guard lock(mutex);
+            if (n == 1) first = Steady::now();
+            last = Steady::now();
+        });
+        ::mqtt::connect_options options;
+        options.set_clean_session(false);
+        connect_retrying(client, options);
+        const auto filters = share_filters(k, shares);
+        client
+            .subscribe(::mqtt::string_collection::create(filters),
+                       std::vector<int>(filters.size(), 1))
+            ->wait();
+    }
+    // As for the sinks (wait_subscribed): every gateway's probe through before the flood.
+    probe_until(cluster, [&] {
+        std::lock_guard lock(mutex);
+        return probed.size() == 50;
+    });
+    publish_parallel(cluster.mqtt_uri(0), rows, 2);
+    const auto deadline = Steady::now() + 600s;
+    while (received < rows && Steady::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    for (int k = 0; k < shares; ++k) {
+        clients[k]->disconnect()->wait();
+        forget_session(cluster.mqtt_uri(0), id + "-" + std::to_string(k));
+    }
+    if (received != rows)
+        bench::fail("fleet bare: " + std::to_string(received.load()) + " of " +
+                    std::to_string(rows) + " messages");
+    std::lock_guard lock(mutex);
+    return (received - 1) / std::chrono::duration<double>(last - first).count();
+}
+
+// One sink with "tidemark/#", or two that split the 50 gateways by topic filters (nats-server has
+// no $share: FLEET.md, "Several sinks"), each with all three nodes (sink k first tries node
+// k + 1), while the two publishers flood `rows` records into node 0: rows/s, first row to last.
+double fleet_flood(const test::Postgres& pg, const test::NatsCluster& cluster,
+                   const std::string& dir, const std::string& schema, int sinks, int rows) {
+    make_schema(pg, schema);
+    std::vector<std::unique_ptr<Sink>> running;
+    for (int k = 0; k < sinks; ++k) {
+        running.push_back(std::make_unique<Sink>(dir, "fleet-" + schema + "-" + std::to_string(k),
+                                                 nodes_from(cluster, k + 1), pg, schema,
+                                                 share_filters(k, sinks), "3.1.1"));
+        running.back()->start();
+    }
+    wait_subscribed(pg, cluster, schema);
+    std::thread publishers([&] { publish_parallel(cluster.mqtt_uri(0), rows, 2); });
+    struct Join {
+        std::thread& t;
+        ~Join() { t.join(); }  // also when time_to_rows fails
+    } join{publishers};
+    long first = 0;
+    // Each publisher's last record of each sink's share: consecutive records go to consecutive
+    // gateways, so a publisher's last `sinks` records are one in each share.
+    std::vector<int> last;
+    for (int i : last_records(rows, 2))
+        for (int k = 0; k < sinks; ++k)
+            last.push_back(i - k);
+    const double s = time_to_rows(pg, schema, rows, first, last);
+    running.clear();
+    for (int k = 0; k < sinks; ++k)
+        forget_session(cluster.mqtt_uri(0), "fleet-" + schema + "-" + std::to_string(k));
+    return static_cast<double>(rows - first) / s;
 }
 
 }  // namespace
@@ -437,8 +621,19 @@ static int run(const Options& o) {
                 o.rows, o.runs);
     std::fflush(stdout);
 
+    const bool fleet_wanted = o.only.empty() || o.only == "fleet";
+    std::optional<test::NatsCluster> cluster;
+    if (fleet_wanted) {
+        cluster.emplace(test::NatsCluster::start());
+        std::printf("nats-server cluster on %d, %d, %d\n", cluster->mqtt_port(0),
+                    cluster->mqtt_port(1), cluster->mqtt_port(2));
+    }
+    const int fleet_rows = o.fleet_rows > 0 ? o.fleet_rows : std::min(o.rows, 10000);
+
     const std::vector<Row> rows = bench::parse_rows(o.rows);
     std::vector<double> row_loop, unnest, store, sink_rate, drain, p50, p99, rss, one, two, mqtt;
+    std::vector<double> fleet_bare_rate, fleet_bare_split, fleet_one, fleet_two, fleet_one_share,
+        fleet_two_share, fleet_two_split_share;
     // Against the faster bare loop of the same run: the machine's load changes between runs.
     std::vector<double> ratio, drain_ratio, store_ratio;
     for (int run = 0; run < o.runs; ++run) {
@@ -498,6 +693,26 @@ static int run(const Options& o) {
             one.push_back(flood(pg, broker, dir.path(), "one_" + r, 1, o.rows));
             two.push_back(flood(pg, broker, dir.path(), "two_" + r, 2, o.rows));
         }
+        if (fleet_wanted) {
+            // The first QoS1 flood into a new cluster crawled (98 msgs/s, against 1.1 k for
+            // the next one): JetStream was still settling its streams' leaders. Not measured.
+            if (run == 0) fleet_bare(*cluster, 2000, "fleet-warmup", 1);
+            fleet_bare_rate.push_back(fleet_bare(*cluster, fleet_rows, "fleet-bare-" + r, 1));
+            fleet_bare_split.push_back(
+                fleet_bare(*cluster, fleet_rows, "fleet-bare-split-" + r, 2));
+            fleet_one.push_back(
+                fleet_flood(pg, *cluster, dir.path(), "fleet_one_" + r, 1, fleet_rows));
+            fleet_two.push_back(
+                fleet_flood(pg, *cluster, dir.path(), "fleet_two_" + r, 2, fleet_rows));
+            fleet_one_share.push_back(fleet_one.back() / fleet_bare_rate.back());
+            fleet_two_share.push_back(fleet_two.back() / fleet_bare_rate.back());
+            fleet_two_split_share.push_back(fleet_two.back() / fleet_bare_split.back());
+            std::printf(
+                "  fleet_%d: bare QoS1 %.0f msgs/s (two subscribers, 25 filters each: %.0f), one "
+                "sink %.0f, two sinks %.0f rows/s\n",
+                run, fleet_bare_rate.back(), fleet_bare_split.back(), fleet_one.back(),
+                fleet_two.back());
+        }
         auto last = [](const std::vector<double>& v) { return v.empty() ? 0.0 : v.back(); };
         if (o.only.empty()) {
             const double bare = std::max(last(row_loop), last(unnest));
@@ -528,5 +743,13 @@ static int run(const Options& o) {
     std::printf("sink.rss_anon_kib: %.0f KiB\n", median(rss));
     std::printf("sink.flood_one_sink_rows_per_s: %.0f rows/s\n", median(one));
     std::printf("sink.flood_two_sinks_rows_per_s: %.0f rows/s\n", median(two));
+    std::printf("fleet.bare_qos1_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_rate));
+    std::printf("fleet.bare_qos1_split_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_split));
+    std::printf("fleet.rows_per_s (one sink): %.0f rows/s\n", median(fleet_one));
+    std::printf("fleet.rows_per_s (two sinks): %.0f rows/s\n", median(fleet_two));
+    std::printf("fleet.share (one sink): %.3f\n", median(fleet_one_share));
+    std::printf("fleet.share (two sinks): %.3f\n", median(fleet_two_share));
+    std::printf("fleet.share (two sinks, against two bare subscribers with their filters): %.3f\n",
+                median(fleet_two_split_share));
     return 0;
 }
