@@ -117,7 +117,7 @@ std::string nodes_table(const StatusReport& r) {
     return t.render("");
 }
 
-std::string pipelines_table(const StatusReport& r, const GatewayStatus& g) {
+std::string pipelines_table(const GatewayStatus& g) {
     std::string out = "\n" + g.node + ": ";
     if (g.pipelines.empty()) return out + "no pipelines\n";
     out += count(g.pipelines.size()) + (g.pipelines.size() == 1 ? " pipeline\n" : " pipelines\n");
@@ -146,7 +146,6 @@ std::string pipelines_table(const StatusReport& r, const GatewayStatus& g) {
             out += "  events/s: as the record says\n";
             break;
     }
-    (void)r;
     return out;
 }
 
@@ -176,7 +175,7 @@ std::string status_text(const StatusReport& r) {
     if (!r.gateways.empty()) {
         out += nodes_table(r);
         for (const GatewayStatus& g : r.gateways)
-            if (g.error.empty()) out += pipelines_table(r, g);
+            if (g.error.empty()) out += pipelines_table(g);
     }
     if (!r.sinks.empty()) out += (r.gateways.empty() ? "" : "\n") + sinks_table(r);
     for (const std::string& note : r.notes)
