@@ -14,6 +14,7 @@
 #include "firmware/adapter_options.h"
 #include "firmware/advise.h"
 #include "firmware/commands.h"
+#include "firmware/human_units.h"
 
 namespace tidemark::firmware {
 
@@ -382,21 +383,6 @@ Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const st
 }
 
 namespace {
-
-// "12ms", "1.5s", "2m", "1.2h": short and readable, not config syntax.
-std::string human_ms(double ms) {
-    char buf[48];
-    const double a = std::fabs(ms);
-    if (a < 1'000)
-        std::snprintf(buf, sizeof buf, "%.4gms", ms);
-    else if (a < 60'000)
-        std::snprintf(buf, sizeof buf, "%.4gs", ms / 1'000);
-    else if (a < 3'600'000)
-        std::snprintf(buf, sizeof buf, "%.4gm", ms / 60'000);
-    else
-        std::snprintf(buf, sizeof buf, "%.4gh", ms / 3'600'000);
-    return buf;
-}
 
 // A bucket edge in its own unit: every edge is a whole number of one ("500ms", "20s", "5m",
 // "1d"); the lowest, below every negative lag, may be any number of milliseconds.

@@ -15,6 +15,9 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_host_versions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/health_report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/human_units.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/status_text.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/status_view.cpp
   ${CMAKE_CURRENT_LIST_DIR}/log_appender.cpp
   ${CMAKE_CURRENT_LIST_DIR}/processor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prometheus_text.cpp

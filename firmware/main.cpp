@@ -13,6 +13,7 @@
 #include "firmware/clock.h"
 #include "firmware/commands.h"
 #include "firmware/commands/command_sink.h"
+#include "firmware/commands/command_status.h"
 #include "firmware/crash_arm.h"
 #include "firmware/runtime.h"
 #include "firmware/version_plan.h"
@@ -57,12 +58,14 @@ struct CommandLine {
     std::string from_text, to_text;
     tidemark::firmware::InspectOptions inspect;
     tidemark::firmware::AdviseOptions advise;
+    tidemark::firmware::StatusOptions status;
     std::string sink_config_path, sink_check_path;
     CLI::App* run_command = nullptr;
     CLI::App* check_command = nullptr;
     CLI::App* replay_command = nullptr;
     CLI::App* inspect_command = nullptr;
     CLI::App* advise_command = nullptr;
+    CLI::App* status_command = nullptr;
     CLI::App* sink_command = nullptr;
     CLI::App* sink_check_command = nullptr;
 };
@@ -99,6 +102,25 @@ void define_commands(CLI::App& app, CommandLine& c) {
     advise->add_option("--target", c.advise.target_percent,
                        "share of events that must be on time, in percent (default 99.9)");
     advise->add_option("--log-dir", c.advise.log_dir, "log directory (default: data_dir/log)");
+
+    auto* status = c.status_command = app.add_subcommand(
+        "status", "the retained health of a gateway, or of every gateway and sink on a broker");
+    status->add_option("--config,-c", c.status.config_path,
+                       "the gateway's config: its source broker and health.topic");
+    status->add_option("--broker", c.status.broker,
+                       "a broker (tcp://host:port, ssl://...; a cluster's uris comma-separated): "
+                       "every tidemark/+/health and tidemark-sink/+/health on it");
+    status->add_option("--node", c.status.node, "with --broker: only this node or sink");
+    status->add_option("--username", c.status.username, "with --broker: the user name");
+    status->add_option("--password-file", c.status.password_file,
+                       "with --broker: a file holding the password");
+    status->add_option("--ca-file", c.status.ca_file,
+                       "with --broker ssl://: the CA bundle (default: the system's)");
+    status->add_flag("--json", c.status.json, "one JSON document (docs/OPERATIONS.md)");
+    status->add_flag("--watch", c.status.watch, "redraw until SIGINT or SIGTERM");
+    status->add_option("--timeout", c.status.timeout, "bound of one read (default 3s)");
+    status->add_option("--interval", c.status.interval,
+                       "--watch: redraw interval (default health.interval, or 2s)");
 
     auto* sink = c.sink_command = app.add_subcommand(
         "sink", "keep PostgreSQL right from the results on the upstream broker (its own unit)");
@@ -207,5 +229,10 @@ int main(int argc, char** argv) {
     if (*c.inspect_command) return firmware::inspect_command(c.inspect, clock);
     if (*c.advise_command) return firmware::advise_command(c.advise);
     if (*c.sink_command) return sink(c, clock);
+    if (*c.status_command) {
+        firmware::Signals signals;
+        install_signals(signals);
+        return firmware::status_command(c.status, signals, clock);
+    }
     return run(c, clock);
 }

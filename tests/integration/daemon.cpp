@@ -127,10 +127,12 @@ CommandResult run_tidemark(const std::vector<std::string>& args,
 
 // ---- Daemon ----
 
-Daemon::Daemon(std::string config_path, std::string log_path, std::string command)
+Daemon::Daemon(std::string config_path, std::string log_path, std::string command,
+               std::vector<std::string> extra_args)
     : config_path_(std::move(config_path)),
       log_path_(std::move(log_path)),
-      command_(std::move(command)) {}
+      command_(std::move(command)),
+      extra_args_(std::move(extra_args)) {}
 
 Daemon::~Daemon() {
     if (pid_ > 0) kill9();
@@ -142,7 +144,9 @@ void Daemon::start() {
         std::ofstream mark(log_path_, std::ios::app);
         mark << "==== test: start #" << ++starts_ << " ====\n";
     }
-    pid_ = spawn({command_, "--config", config_path_}, log_path_, log_path_);
+    std::vector<std::string> args = {command_, "--config", config_path_};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    pid_ = spawn(args, log_path_, log_path_);
 }
 
 bool Daemon::running() {

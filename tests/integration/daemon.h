@@ -38,13 +38,14 @@ struct CommandResult {
 CommandResult run_tidemark(const std::vector<std::string>& args,
                            std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
-/// Operation: `tidemark run --config FILE` (or another `command`: `sink`) as a child process
-/// (fork/exec), its stdout and stderr
+/// Operation: `tidemark run --config FILE` (or another `command`: `sink`, `status`, with
+/// `extra_args` after the config) as a child process (fork/exec), its stdout and stderr
 /// appended to one file so that restarts keep the whole story. Dies with the test
 /// (PR_SET_PDEATHSIG). The destructor SIGKILLs a daemon still running.
 class Daemon {
   public:
-    Daemon(std::string config_path, std::string log_path, std::string command = "run");
+    Daemon(std::string config_path, std::string log_path, std::string command = "run",
+           std::vector<std::string> extra_args = {});
     ~Daemon();
     Daemon(const Daemon&) = delete;
     Daemon& operator=(const Daemon&) = delete;
@@ -65,6 +66,7 @@ class Daemon {
     std::string config_path_;
     std::string log_path_;
     std::string command_;
+    std::vector<std::string> extra_args_;
     pid_t pid_ = -1;
     int starts_ = 0;
     int last_status_ = -1;
