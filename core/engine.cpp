@@ -199,7 +199,11 @@ const PipelineStats& PipelineRun::stats() {
         keys_.size() * (sizeof(KeyState) + 48) +
         partitions_.size() *
             (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t)) +
-        remembered_.size() * remembered_bytes;
+        remembered_.size() * remembered_bytes + too_late_windows_.size() * sizeof(TooLateWindow);
+    const size_t shown = std::min(too_late_windows_.size(), too_late_windows_shown);
+    std::copy_n(too_late_windows_.begin(), shown, stats_.too_late_top.begin());
+    stats_.too_late_top_size = static_cast<uint32_t>(shown);
+    stats_.too_late_windows_tracked = static_cast<uint32_t>(too_late_windows_.size());
     stats_.partitions_remembered = remembered_.size();
     stats_.partitions_active = active_;
     stats_.partitions_idle = partitions_.size() - active_;

@@ -1,6 +1,7 @@
 // The deterministic event-time engine: watermarks -> windows -> aggregates -> emissions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,6 +17,18 @@
 
 namespace tidemark::core {
 
+/// One window's count of too-late events (its bounds as in results: [start_ms, end_ms)).
+struct TooLateWindow {
+    int64_t start_ms = 0;
+    int64_t end_ms = 0;
+    uint64_t too_late = 0;
+    bool operator==(const TooLateWindow&) const = default;
+};
+
+/// How many of the windows with the most too-late events PipelineStats lists (health, inspect):
+/// a handful for a person to read, out of the engine's bounded per-window table.
+inline constexpr size_t too_late_windows_shown = 5;
+
 /// Counters and gauges of one pipeline. Counters are cumulative and part of the checkpoint, so
 /// they survive restarts and replay identically.
 struct PipelineStats {
@@ -25,6 +38,11 @@ struct PipelineStats {
     // Hopping: events applied to some of their windows but too late for older ones (each
     // such window is counted in the per-window too-late table).
     uint64_t too_late_partial = 0;
+    // Too-late events the per-window table could not keep against their window: it was full,
+    // and every window in it had at least as many too-late events. Each such loss is one
+    // event (only a window with a single too-late event is let go), so a listed count is short
+    // by at most this much.
+    uint64_t too_late_windows_dropped = 0;
     uint64_t side_outputs = 0;
     uint64_t clamped = 0;       // events stamped more than max_future ahead of ingest
     uint64_t keys_refused = 0;  // events refused because keys_max (keys or partitions) was reached
@@ -45,7 +63,12 @@ struct PipelineStats {
     uint64_t partitions_remembered = 0;  // scope partition: forgotten ones whose start is kept
     int64_t watermark_ms = 0;  // global scope: the pipeline's; partition scope: the minimum
     int64_t ingest_ms = 0;     // the newest ingest time seen
-    LagHistogram lag_ms;       // ingest_ms - event_ms of every event (before clamping)
+    // The windows with the most too-late events, most first (ties: the earlier window first),
+    // too_late_top_size of them; and how many windows the per-window table holds.
+    std::array<TooLateWindow, too_late_windows_shown> too_late_top{};
+    uint32_t too_late_top_size = 0;
+    uint32_t too_late_windows_tracked = 0;
+    LagHistogram lag_ms;  // ingest_ms - event_ms of every event (before clamping)
 };
 
 /// How far the watermark is behind the newest ingest time; none while there is no watermark

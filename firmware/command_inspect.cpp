@@ -313,6 +313,19 @@ void print_store(const json& s, std::ostream& out) {
     if (s.contains("map_used_bytes")) out << "  map: " << s["map_used_bytes"] << " bytes used\n";
 }
 
+// The windows with the most too-late events, one a line, as health lists them.
+void print_too_late_windows(const json& p, std::ostream& out) {
+    if (!p.contains("too_late_windows") || p["too_late_windows"].empty()) return;
+    out << "  windows with the most too-late events:\n";
+    for (const json& w : p["too_late_windows"])
+        out << "    " << utc_text(w["start_ms"].get<int64_t>()) << " .. "
+            << utc_text(w["end_ms"].get<int64_t>()) << ": " << w["too_late"] << "\n";
+    if (p["too_late_windows_dropped"].get<uint64_t>() > 0)
+        out << "    (" << p["too_late_windows_dropped"]
+            << " too-late events not counted against their window: the table of "
+            << p["too_late_windows_tracked"] << " windows was full)\n";
+}
+
 void print_pipeline(const json& p, std::ostream& out) {
     out << "\npipeline " << p["name"].get<std::string>() << ":\n"
         << "  open windows " << p["open_windows"] << ", keys " << p["keys"] << ", state "
@@ -328,6 +341,7 @@ void print_pipeline(const json& p, std::ostream& out) {
         << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
         << " update, " << p["emitted"]["retract"] << " retract; refused " << p["keys_refused"]
         << " keys, " << p["windows_refused"] << " windows\n";
+    print_too_late_windows(p, out);
     if (p["events_in"].get<uint64_t>() > 0)
         out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
             << " ms, p99.9 " << p["lag_ms"]["p999"] << " ms\n";

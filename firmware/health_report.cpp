@@ -32,6 +32,17 @@ json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
     p["late_updated"] = s.late_updated;
     p["too_late"] = s.too_late;
     p["too_late_partial"] = s.too_late_partial;
+    // The windows with the most too-late events (the engine's order: most first, then the
+    // earlier window), so an operator sees which spans of time lost data without a replay.
+    json windows = json::array();
+    for (uint32_t i = 0; i < s.too_late_top_size; ++i) {
+        const core::TooLateWindow& w = s.too_late_top[i];
+        windows.push_back(
+            {{"start_ms", w.start_ms}, {"end_ms", w.end_ms}, {"too_late", w.too_late}});
+    }
+    p["too_late_windows"] = std::move(windows);
+    p["too_late_windows_tracked"] = s.too_late_windows_tracked;
+    p["too_late_windows_dropped"] = s.too_late_windows_dropped;
     p["partitions_forgotten"] = s.partitions_forgotten;
     p["partitions_remembered"] = s.partitions_remembered;
     p["forgotten_evicted"] = s.forgotten_evicted;

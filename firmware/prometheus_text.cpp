@@ -114,6 +114,10 @@ const Metric pipeline_metrics[] = {
     {"/too_late", "tidemark_too_late_total", "counter", "Events past the allowed lateness."},
     {"/too_late_partial", "tidemark_too_late_partial_total", "counter",
      "Hopping events too late for some of their windows."},
+    {"/too_late_windows_dropped", "tidemark_too_late_windows_dropped_total", "counter",
+     "Too-late events not counted against their window: the per-window table was full."},
+    {"/too_late_windows_tracked", "tidemark_too_late_windows_tracked", "gauge",
+     "Windows in the per-window too-late table."},
     {"/side_outputs", "tidemark_side_outputs_total", "counter",
      "Events kept as side output (too late or refused)."},
     {"/clamped", "tidemark_clamped_total", "counter", "Events stamped beyond max_future."},
@@ -268,6 +272,31 @@ Result<std::string> prometheus_text(std::string_view health_json) {
             any = true;
             out += name;
             out += '{' + labels + "} " + value + '\n';
+        }
+    }
+    // The windows with the most too-late events by rank (1 = most), not by window: a label per
+    // window start would make a new series for every window that ever ranked; with the rank
+    // the series are at most too_late_windows_shown per pipeline, and the window is a value.
+    for (const auto& [key, name, help, scale] :
+         {std::tuple{"start_ms", "tidemark_too_late_window_start_seconds",
+                     "Start of the window at this rank of too-late events (1: the most).", ms},
+          {"end_ms", "tidemark_too_late_window_end_seconds",
+           "End of the window at this rank of too-late events (1: the most).", ms},
+          {"too_late", "tidemark_too_late_window_events",
+           "Too-late events of the window at this rank (1: the most).", 1.0}}) {
+        any = false;
+        for (const auto& [labels, p] : pipelines) {
+            const json* windows = at(*p, "/too_late_windows");
+            if (!windows || !windows->is_array()) continue;
+            for (size_t i = 0; i < windows->size(); ++i) {
+                const json& w = (*windows)[i];
+                if (!w.is_object() || !w.contains(key) || !sample_value(w[key], scale, value))
+                    continue;
+                if (!any) header(out, name, "gauge", help);
+                any = true;
+                out += name;
+                out += '{' + labels + ",rank=\"" + std::to_string(i + 1) + "\"} " + value + '\n';
+            }
         }
     }
     return out;

@@ -6,12 +6,6 @@
 #include "core/engine/slices.h"
 
 namespace tidemark::core::detail {
-namespace {
-
-// Windows whose too-late counts are kept for health, newest first: a bound, not a log.
-constexpr size_t too_late_windows_max = 256;
-
-}  // namespace
 
 // One Emission reused for every record: its key and values keep their capacity, so an
 // emission allocates nothing once the longest key and the values have been seen.
@@ -43,19 +37,34 @@ void PipelineRun::emit(EmissionSink& sink, const KeyState& k, int64_t start, int
     sink.emit(e);
 }
 
-// The per-window table of too-late counts (newest windows first, bounded).
+// The per-window table of too-late counts, kept in too_late_rank order. When it is full, the
+// window let go is the earliest of those with the fewest too-late events, the new one included:
+// a new window (one event) takes the place of an earlier window with one event, and is not
+// taken when every window held has more. A window with many too-late events is never lost to
+// one with a single event; what is not kept is counted (too_late_windows_dropped), one event
+// each time.
 void PipelineRun::count_too_late_window(int64_t start, int64_t end) {
-    auto it = std::find_if(too_late_windows_.begin(), too_late_windows_.end(), [&](const auto& w) {
-        return w.first == std::pair{start, end};
+    auto& table = too_late_windows_;
+    auto it = std::find_if(table.begin(), table.end(), [&](const TooLateWindow& w) {
+        return w.start_ms == start && w.end_ms == end;
     });
-    if (it != too_late_windows_.end()) {
-        ++it->second;
-    } else {
-        too_late_windows_.push_back({{start, end}, 1});
-        std::sort(too_late_windows_.begin(), too_late_windows_.end(),
-                  [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
-        if (too_late_windows_.size() > too_late_windows_max) too_late_windows_.pop_back();
+    if (it != table.end()) {
+        // One more moves it ahead of the windows it now outranks: a rotation, not a sort.
+        ++it->too_late;
+        const auto to = std::upper_bound(table.begin(), it, *it, too_late_rank);
+        std::rotate(to, it, it + 1);
+        return;
     }
+    const TooLateWindow fresh{start, end, 1};
+    table.insert(std::upper_bound(table.begin(), table.end(), fresh, too_late_rank), fresh);
+    if (table.size() <= too_late_windows_max) return;
+    // The fewest are the table's tail; the earliest of them leads it.
+    const uint64_t fewest = table.back().too_late;
+    const auto victim = std::partition_point(
+        table.begin(), table.end(), [&](const TooLateWindow& w) { return w.too_late > fewest; });
+    TM_ASSERT(victim->too_late == 1);
+    table.erase(victim);
+    ++stats_.too_late_windows_dropped;
 }
 
 void PipelineRun::too_late(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,

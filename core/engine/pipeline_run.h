@@ -49,6 +49,15 @@ struct DeadlineLess {
     }
 };
 
+// The order of the per-window too-late table and of the list health shows: most too-late
+// events first, then the earlier window (start, then end: sessions of different keys may share
+// a start), so that it is a function of the counts alone.
+inline bool too_late_rank(const TooLateWindow& a, const TooLateWindow& b) {
+    if (a.too_late != b.too_late) return a.too_late > b.too_late;
+    if (a.start_ms != b.start_ms) return a.start_ms < b.start_ms;
+    return a.end_ms < b.end_ms;
+}
+
 // Everything one pipeline keeps and does. See Engine for the contract.
 class PipelineRun {
   public:
@@ -250,7 +259,12 @@ class PipelineRun {
     uint64_t units_total_ = 0;
     uint64_t fired_total_ = 0;
     PipelineStats stats_;
-    std::vector<std::pair<std::pair<int64_t, int64_t>, uint64_t>> too_late_windows_;
+    // Too-late counts per window, in too_late_rank order (most first, then the earlier window),
+    // at most too_late_windows_max: a window with one too-late event is let go (or not taken)
+    // when the table is full, never one with more (count_too_late_window). Kept in the meta
+    // record; stats() shows the first too_late_windows_shown.
+    static constexpr size_t too_late_windows_max = 256;
+    std::vector<TooLateWindow> too_late_windows_;
 
     bool tracking_ = false;
     std::vector<std::string> dirty_keys_;

@@ -296,21 +296,22 @@ void PipelineRun::write_meta(StateWriter& w, std::string& value) {
     bytes::put_u64(value, state_fingerprint(spec_));
     bytes::put_i64(value, now_ms_);
     put_domain(value, global_);
-    const uint64_t counters[] = {
-        stats_.events_in,        stats_.late_updated,     stats_.too_late,
-        stats_.side_outputs,     stats_.clamped,          stats_.keys_refused,
-        stats_.windows_refused,  stats_.emitted_final,    stats_.emitted_update,
-        stats_.emitted_retract,  stats_.too_late_partial, stats_.partitions_forgotten,
-        stats_.forgotten_evicted};
+    const uint64_t counters[] = {stats_.events_in,         stats_.late_updated,
+                                 stats_.too_late,          stats_.side_outputs,
+                                 stats_.clamped,           stats_.keys_refused,
+                                 stats_.windows_refused,   stats_.emitted_final,
+                                 stats_.emitted_update,    stats_.emitted_retract,
+                                 stats_.too_late_partial,  stats_.partitions_forgotten,
+                                 stats_.forgotten_evicted, stats_.too_late_windows_dropped};
     bytes::put_u32(value, static_cast<uint32_t>(std::size(counters)));
     for (uint64_t c : counters)
         bytes::put_u64(value, c);
     stats_.lag_ms.encode(value);
     bytes::put_u32(value, static_cast<uint32_t>(too_late_windows_.size()));
-    for (const auto& [w_, n] : too_late_windows_) {
-        bytes::put_i64(value, w_.first);
-        bytes::put_i64(value, w_.second);
-        bytes::put_u64(value, n);
+    for (const TooLateWindow& w_ : too_late_windows_) {
+        bytes::put_i64(value, w_.start_ms);
+        bytes::put_i64(value, w_.end_ms);
+        bytes::put_u64(value, w_.too_late);
     }
     // Since format 3 (older records end above): where new partitions start, and the scope
     // the state was written under. Format 4 (issue 24) stores there the floor, an absolute
@@ -327,30 +328,37 @@ void PipelineRun::write_meta(StateWriter& w, std::string& value) {
 
 Result<void> PipelineRun::read_meta(std::string_view in) {
     uint32_t n;
-    uint64_t* counters[] = {
-        &stats_.events_in,        &stats_.late_updated,     &stats_.too_late,
-        &stats_.side_outputs,     &stats_.clamped,          &stats_.keys_refused,
-        &stats_.windows_refused,  &stats_.emitted_final,    &stats_.emitted_update,
-        &stats_.emitted_retract,  &stats_.too_late_partial, &stats_.partitions_forgotten,
-        &stats_.forgotten_evicted};
-    // Format 2 stored the first ten counters, format 3 twelve.
+    uint64_t* counters[] = {&stats_.events_in,         &stats_.late_updated,
+                            &stats_.too_late,          &stats_.side_outputs,
+                            &stats_.clamped,           &stats_.keys_refused,
+                            &stats_.windows_refused,   &stats_.emitted_final,
+                            &stats_.emitted_update,    &stats_.emitted_retract,
+                            &stats_.too_late_partial,  &stats_.partitions_forgotten,
+                            &stats_.forgotten_evicted, &stats_.too_late_windows_dropped};
+    // Format 2 stored the first ten counters, format 3 twelve, format 4 thirteen (before
+    // too_late_windows_dropped).
     if (!bytes::get_u64(in, fingerprint_seen_) || !bytes::get_i64(in, now_ms_) ||
         !get_domain(in, global_) || !bytes::get_u32(in, n) ||
-        (n != 10 && n != 12 && n != std::size(counters)))
+        (n != 10 && n != 12 && n != 13 && n != std::size(counters)))
         return fail("damaged meta record of pipeline '" + spec_.name + "'");
     for (uint32_t i = 0; i < n; ++i)
         if (!bytes::get_u64(in, *counters[i]))
             return fail("damaged counters of '" + spec_.name + "'");
     if (!stats_.lag_ms.decode(in) || !bytes::get_u32(in, n))
         return fail("damaged lag sketch of '" + spec_.name + "'");
+    if (n > too_late_windows_max) return fail("damaged too-late table of '" + spec_.name + "'");
     too_late_windows_.clear();
     for (uint32_t i = 0; i < n; ++i) {
-        int64_t s, e;
-        uint64_t c;
-        if (!bytes::get_i64(in, s) || !bytes::get_i64(in, e) || !bytes::get_u64(in, c))
+        TooLateWindow w;
+        if (!bytes::get_i64(in, w.start_ms) || !bytes::get_i64(in, w.end_ms) ||
+            !bytes::get_u64(in, w.too_late) || w.too_late == 0)
             return fail("damaged too-late table of '" + spec_.name + "'");
-        too_late_windows_.push_back({{s, e}, c});
+        too_late_windows_.push_back(w);
     }
+    // Tables written before issue 29 are in window order (newest first): the order the
+    // running engine keeps is restored, so the listed windows and the next record are the
+    // same as had it not stopped.
+    std::sort(too_late_windows_.begin(), too_late_windows_.end(), too_late_rank);
     if (!in.empty()) {
         int64_t start_ms = 0;
         if (!bytes::get_i64(in, start_ms) || (in.size() != 2 && in.size() != 3) || in[0] > 1 ||

@@ -8,3 +8,5 @@ tm_test(core_state_codec_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/state_codec_te
         LIBS tidemark_core LABELS fast)
 tm_test(core_engine_crossings_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_crossings_test.cpp
         LIBS tidemark_core LABELS fast)
+tm_test(core_too_late_windows_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/too_late_windows_test.cpp
+        LIBS tidemark_core LABELS fast)

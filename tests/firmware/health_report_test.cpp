@@ -11,6 +11,7 @@
 #include "adapters/config/config.h"
 #include "adapters/log/crc32c.h"
 #include "adapters/log/log_writer.h"
+#include "core/time_text.h"
 #include "firmware/build_info.h"
 #include "firmware/commands.h"
 #include "firmware/health_report.h"
@@ -118,6 +119,48 @@ TEST_CASE("health and inspect name the same figures the same way") {
     CHECK(inspected["pipelines"]["list"][0]["partitions_active"] ==
           health["pipelines"]["p"]["partitions_active"]);
     CHECK(inspected["pipelines"]["list"][0]["keys"] == health["pipelines"]["p"]["keys"]);
+
+    // The windows with the most too-late events: listed (at most five, most first, the earlier
+    // window first among equals), with every too-late event of this run counted against its
+    // window, and the same after inspect's restore.
+    const json& windows = health["pipelines"]["p"]["too_late_windows"];
+    REQUIRE(windows.is_array());
+    REQUIRE_FALSE(windows.empty());
+    CHECK(windows.size() <= 5);
+    uint64_t listed = 0;
+    for (size_t i = 0; i < windows.size(); ++i) {
+        const json& w = windows[i];
+        CHECK(w["end_ms"].get<int64_t>() - w["start_ms"].get<int64_t>() == 10'000);
+        CHECK(w["start_ms"].get<int64_t>() % 10'000 == 0);
+        listed += w["too_late"].get<uint64_t>();
+        if (i > 0) {
+            const json& v = windows[i - 1];
+            CHECK((v["too_late"] > w["too_late"] ||
+                   (v["too_late"] == w["too_late"] && v["start_ms"] < w["start_ms"])));
+        }
+    }
+    const uint64_t tracked = health["pipelines"]["p"]["too_late_windows_tracked"].get<uint64_t>();
+    CHECK(tracked >= windows.size());
+    // Fewer than six windows: the list is the whole table, so it sums to the pipeline's count.
+    if (tracked == windows.size()) CHECK(listed == health["pipelines"]["p"]["too_late"]);
+    CHECK(health["pipelines"]["p"]["too_late_windows_dropped"] == 0);
+    CHECK(inspected["pipelines"]["list"][0]["too_late_windows"] == windows);
+    CHECK(health["pipelines"]["p"]["too_late"].get<uint64_t>() > 0);
+
+    // inspect's text says it for a person: one line per window, in the log's time format.
+    {
+        firmware::InspectOptions human;
+        human.config_path = config_path;
+        test::CaptureStdout capture;
+        REQUIRE(firmware::inspect_command(human, clock) == 0);
+        const std::string printed = capture.text();
+        INFO(printed);
+        const auto& first = windows[0];
+        CHECK(printed.find("  windows with the most too-late events:\n    " +
+                           core::utc_text(first["start_ms"].get<int64_t>()) + " .. " +
+                           core::utc_text(first["end_ms"].get<int64_t>()) + ": " +
+                           first["too_late"].dump() + "\n") != std::string::npos);
+    }
 
     // The outbox and the side store: the same names, inspect adding the rows it shows.
     const auto health_outbox = leaf_paths(health["outbox"]);

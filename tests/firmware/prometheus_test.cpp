@@ -169,6 +169,18 @@ TEST_CASE("health.prometheus_textfile: promtool accepts it and node_exporter ser
           std::string::npos);
     CHECK(text.find("tidemark_too_late_total{node=\"gw-test\",pipeline=\"p\"} 3\n") !=
           std::string::npos);
+    // The windows with the most too-late events, by rank: [980 s, 990 s) has two (events 39
+    // and 59), [970 s, 980 s) one (event 19).
+    const std::string labels = "{node=\"gw-test\",pipeline=\"p\",rank=";
+    CHECK(text.find("tidemark_too_late_window_events" + labels + "\"1\"} 2\n") !=
+          std::string::npos);
+    CHECK(text.find("tidemark_too_late_window_start_seconds" + labels + "\"1\"} 980\n") !=
+          std::string::npos);
+    CHECK(text.find("tidemark_too_late_window_end_seconds" + labels + "\"2\"} 980\n") !=
+          std::string::npos);
+    CHECK(text.find("tidemark_too_late_window_events" + labels + "\"2\"} 1\n") !=
+          std::string::npos);
+    CHECK(text.find("rank=\"3\"") == std::string::npos);
     CHECK(text.find("# TYPE tidemark_emitted_total counter\n") != std::string::npos);
     CHECK(text.find("tidemark_emitted_total{node=\"gw-test\",pipeline=\"p\",kind=\"final\"} ") !=
           std::string::npos);
@@ -218,6 +230,27 @@ TEST_CASE("prometheus_text labels escape and nulls are left out") {
                      "\n") != std::string::npos);
     CHECK_FALSE(firmware::prometheus_text("[1, 2]"));
     CHECK_FALSE(firmware::prometheus_text("not json"));
+}
+
+TEST_CASE("prometheus_text: the top too-late windows by rank, their bounds in seconds") {
+    auto text = firmware::prometheus_text(
+        R"({"node": "gw", "pipelines": {"p": {"too_late_windows_dropped": 2,
+            "too_late_windows": [{"start_ms": 1764400060000, "end_ms": 1764400120000, "too_late": 7},
+                                 {"start_ms": 1764400000000, "end_ms": 1764400060000, "too_late": 3}]}}})");
+    REQUIRE(text);
+    INFO(*text);
+    CHECK(
+        text->find("# TYPE tidemark_too_late_window_events gauge\n"
+                   "tidemark_too_late_window_events{node=\"gw\",pipeline=\"p\",rank=\"1\"} 7\n"
+                   "tidemark_too_late_window_events{node=\"gw\",pipeline=\"p\",rank=\"2\"} 3\n") !=
+        std::string::npos);
+    CHECK(
+        text->find("tidemark_too_late_window_start_seconds{node=\"gw\",pipeline=\"p\",rank=\"1\"} "
+                   "1764400060\n") != std::string::npos);
+    CHECK(text->find("tidemark_too_late_window_end_seconds{node=\"gw\",pipeline=\"p\",rank=\"2\"} "
+                     "1764400060\n") != std::string::npos);
+    CHECK(text->find("tidemark_too_late_windows_dropped_total{node=\"gw\",pipeline=\"p\"} 2\n") !=
+          std::string::npos);
 }
 
 TEST_CASE("health.prometheus_textfile must be an absolute .prom path") {
