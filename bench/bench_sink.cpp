@@ -23,6 +23,13 @@
 //     commit; the sink's RssAnon (/proc/PID/status) sampled every second, the highest.
 //  5. flood: N records from two publishers while one sink, then two sinks sharing
 //     "$share/bench/tidemark/+/+", write them: rows/s from first row to last.
+//  6. fleet (issue 28): a three-node nats-server cluster of its own (tests/support/nats_cluster.h,
+//     JetStream, stream_replicas 3); --fleet-rows records (default: --rows, at most 10000) from
+//     the two publishers into node 0, while (a) a bare Paho subscriber on node 1 counts them:
+//     the cluster's own QoS1 rate; (b) two bare subscribers with 25 topic filters each (the
+//     gateways split in two, as two sinks would be: nats-server has no $share); (c) one sink
+//     (all three nodes, "protocol": "3.1.1"); (d) two sinks with those filters. fleet.share is
+//     (c) over (a), and (d) over (a) and over (b), per run.
 // Rows are counted by index lookups of each publisher's last record on one connection (a
 // count(*) or a connection per poll would cost the server what it is being timed at).
 // Prints its figures last, one per line, `name: value unit`.
@@ -728,6 +735,17 @@ static int run(const Options& o) {
         std::fflush(stdout);
     }
 
+    if (fleet_wanted) {
+        std::printf("fleet.bare_qos1_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_rate));
+        std::printf("fleet.bare_qos1_split_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_split));
+        std::printf("fleet.rows_per_s (one sink): %.0f rows/s\n", median(fleet_one));
+        std::printf("fleet.rows_per_s (two sinks): %.0f rows/s\n", median(fleet_two));
+        std::printf("fleet.share (one sink): %.3f\n", median(fleet_one_share));
+        std::printf("fleet.share (two sinks): %.3f\n", median(fleet_two_share));
+        std::printf(
+            "fleet.share (two sinks, against two bare subscribers with their filters): %.3f\n",
+            median(fleet_two_split_share));
+    }
     if (!o.only.empty()) return 0;
     std::printf("sink.bare_row_loop_rows_per_s: %.0f rows/s\n", median(row_loop));
     std::printf("sink.bare_unnest_rows_per_s: %.0f rows/s\n", median(unnest));
@@ -743,13 +761,5 @@ static int run(const Options& o) {
     std::printf("sink.rss_anon_kib: %.0f KiB\n", median(rss));
     std::printf("sink.flood_one_sink_rows_per_s: %.0f rows/s\n", median(one));
     std::printf("sink.flood_two_sinks_rows_per_s: %.0f rows/s\n", median(two));
-    std::printf("fleet.bare_qos1_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_rate));
-    std::printf("fleet.bare_qos1_split_msgs_per_s: %.0f msgs/s\n", median(fleet_bare_split));
-    std::printf("fleet.rows_per_s (one sink): %.0f rows/s\n", median(fleet_one));
-    std::printf("fleet.rows_per_s (two sinks): %.0f rows/s\n", median(fleet_two));
-    std::printf("fleet.share (one sink): %.3f\n", median(fleet_one_share));
-    std::printf("fleet.share (two sinks): %.3f\n", median(fleet_two_share));
-    std::printf("fleet.share (two sinks, against two bare subscribers with their filters): %.3f\n",
-                median(fleet_two_split_share));
     return 0;
 }
