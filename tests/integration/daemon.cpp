@@ -312,6 +312,26 @@ std::map<WindowKey, ResultRecord> upsert_view(const std::vector<ResultRecord>& r
     return kept;
 }
 
+nlohmann::json test_pipeline(const std::string& name, const TestPipeline& p) {
+    return {{"name", name},
+            {"topic", "sensors/+/telemetry"},
+            {"key", "topic:1"},
+            {"timestamp", {{"pointer", "/ts"}, {"format", "epoch_ms"}}},
+            {"fields", {{"v", "/v"}}},
+            {"window", p.window},
+            {"watermark",
+             {{"delay", p.delay},
+              {"idle_timeout", p.idle_timeout},
+              {"max_future", "1m"},
+              {"scope", "global"}}},
+            {"late",
+             {{"allowed_lateness", p.allowed_lateness},
+              {"too_late", "drop"},
+              {"corrections", p.corrections}}},
+            {"aggregates", p.aggregates},
+            {"limits", {{"max_keys", 100}, {"max_open_windows", p.max_open_windows}}}};
+}
+
 std::string telemetry(int64_t ts_ms, int64_t value) {
     return "{\"ts\":" + std::to_string(ts_ms) + ",\"v\":" + std::to_string(value) + "}";
 }

@@ -120,6 +120,17 @@ struct WindowKey {
 /// left out.
 std::map<WindowKey, ResultRecord> upsert_view(const std::vector<ResultRecord>& results);
 
+/// A pipeline over sensors/+/telemetry ({"ts": epoch ms, "v": ...}, keyed by the device),
+/// global watermark, drop too-late events, 100 keys: what the tests vary is below.
+struct TestPipeline {
+    nlohmann::json window = {{"type", "tumbling"}, {"size", "10s"}};
+    nlohmann::json aggregates = {{"n", {{"fn", "count"}}}};
+    std::string delay = "1s", idle_timeout = "2s", allowed_lateness = "0s";
+    std::string corrections = "upsert";
+    int max_open_windows = 10000;
+};
+nlohmann::json test_pipeline(const std::string& name, const TestPipeline& p);
+
 /// A JSON telemetry payload {"ts":TS,"v":V} (integers print without a fraction).
 std::string telemetry(int64_t ts_ms, int64_t value);
 std::string telemetry_seq(int64_t ts_ms, int64_t seq);  ///< {"ts":TS,"seq":N,"v":1}

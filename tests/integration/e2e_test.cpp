@@ -29,17 +29,10 @@ struct Expected {
 constexpr int64_t size_ms = 10'000, advance_ms = 5'000, gap_ms = 3'000, delay_ms = 1'000;
 
 nlohmann::json pipeline(const std::string& name, nlohmann::json window, nlohmann::json aggs) {
-    return {{"name", name},
-            {"topic", "sensors/+/telemetry"},
-            {"key", "topic:1"},
-            {"timestamp", {{"pointer", "/ts"}, {"format", "epoch_ms"}}},
-            {"fields", {{"v", "/v"}}},
-            {"window", std::move(window)},
-            {"watermark",
-             {{"delay", "1s"}, {"idle_timeout", "2s"}, {"max_future", "1m"}, {"scope", "global"}}},
-            {"late", {{"allowed_lateness", "0s"}, {"too_late", "drop"}, {"corrections", "upsert"}}},
-            {"aggregates", std::move(aggs)},
-            {"limits", {{"max_keys", 100}, {"max_open_windows", 10000}}}};
+    TestPipeline p;
+    p.window = std::move(window);
+    p.aggregates = std::move(aggs);
+    return test_pipeline(name, p);
 }
 
 int64_t floor_div(int64_t a, int64_t b) {

@@ -12,17 +12,11 @@ namespace tidemark::test {
 namespace {
 
 nlohmann::json pipeline(const std::string& name, const std::string& size) {
-    return {{"name", name},
-            {"topic", "sensors/+/telemetry"},
-            {"key", "topic:1"},
-            {"timestamp", {{"pointer", "/ts"}, {"format", "epoch_ms"}}},
-            {"fields", {{"v", "/v"}}},
-            {"window", {{"type", "tumbling"}, {"size", size}}},
-            {"watermark",
-             {{"delay", "1s"}, {"idle_timeout", "1h"}, {"max_future", "1m"}, {"scope", "global"}}},
-            {"late", {{"allowed_lateness", "0s"}, {"too_late", "drop"}, {"corrections", "upsert"}}},
-            {"aggregates", {{"n", {{"fn", "count"}}}}},
-            {"limits", {{"max_keys", 100}, {"max_open_windows", 1000}}}};
+    TestPipeline p;
+    p.window["size"] = size;
+    p.idle_timeout = "1h";
+    p.max_open_windows = 1000;
+    return test_pipeline(name, p);
 }
 
 nlohmann::json parse_json(const CommandResult& r) {
