@@ -18,6 +18,8 @@ void SinkBatchBuilder::add(UpstreamRecord record, std::string_view topic, std::s
         batch_.version_changes.emplace_back(std::move(*removed));
     } else if (auto* side = std::get_if<ReceivedSide>(&record)) {
         batch_.side.push_back(std::move(*side));
+    } else if (auto* health = std::get_if<ReceivedHealth>(&record)) {
+        batch_.health.push_back(std::move(*health));
     } else {
         auto& refusal = std::get<Refusal>(record);
         batch_.rejected.push_back(RejectedMessage{std::string(topic), std::string(payload),
@@ -44,6 +46,20 @@ SinkBatch SinkBatchBuilder::take() {
     TM_ASSERT(std::is_sorted(
         results.begin(), results.end(),
         [](const ReceivedResult& a, const ReceivedResult& b) { return compare_window(a, b) < 0; }));
+    // Health: the newest per node, the first to arrive among equal times, as the table's
+    // upsert (a strictly newer time_ms replaces) would leave it.
+    auto& health = batch_.health;
+    const std::size_t health_before = health.size();
+    std::stable_sort(health.begin(), health.end(),
+                     [](const ReceivedHealth& a, const ReceivedHealth& b) {
+                         if (a.node != b.node) return a.node < b.node;
+                         return a.time_ms > b.time_ms;
+                     });
+    const auto health_last = std::unique(
+        health.begin(), health.end(),
+        [](const ReceivedHealth& a, const ReceivedHealth& b) { return a.node == b.node; });
+    health.erase(health_last, health.end());
+    batch_.health_superseded = health_before - health.size();
     SinkBatch out = std::move(batch_);
     batch_ = SinkBatch{};
     return out;

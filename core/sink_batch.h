@@ -33,10 +33,15 @@ struct SinkBatch {
     std::vector<ReceivedResult> results;
     std::vector<VersionChange> version_changes;
     std::vector<ReceivedSide> side;
+    /// One per node, the newest of the batch (highest time_ms; the first of equal times), ordered
+    /// by node, as results are ordered by window.
+    std::vector<ReceivedHealth> health;
     std::vector<RejectedMessage> rejected;
     /// Results dropped by the reduction: a record of the same batch outranked them, or equalled
     /// them first (a duplicate). The table would have refused them too: counted as rows_older.
     uint64_t results_superseded = 0;
+    /// Health records dropped by the reduction: a newer one of the same node was in the batch.
+    uint64_t health_superseded = 0;
     uint64_t records = 0;  ///< messages that went into the batch, of every kind
     /// Only for a part of postgres::SinkStore::commit_parts (one message, usually): the
     /// messages themselves (reason empty), rejected with the database's reason if it refuses

@@ -1,6 +1,7 @@
 // The records a downstream consumer (`tidemark sink`) reads from the upstream broker, as typed
-// values: results (DESIGN.md section 7), version records (section 4), side output, and what it
-// refuses. adapters/codec parses them, adapters/postgres writes them; both only know this file.
+// values: results (DESIGN.md section 7), version records (section 4), side output, gateways'
+// health records, and what it refuses. adapters/codec parses them, adapters/postgres writes them;
+// both only know this file.
 #pragma once
 
 #include <cstdint>
@@ -68,13 +69,22 @@ struct ReceivedSide {
     std::string record_json;  ///< the payload, a JSON object
 };
 
+/// A gateway's health record (health.upstream: README, "Health"), kept as it came; the sink
+/// keeps the newest per node, by time_ms.
+struct ReceivedHealth {
+    std::string topic;
+    std::string node;
+    int64_t time_ms = 0;
+    std::string record_json;  ///< the payload, a JSON object
+};
+
 /// A message the sink cannot take, and why (a sentence a person can act on).
 struct Refusal {
     std::string reason;
 };
 
-using UpstreamRecord =
-    std::variant<ReceivedResult, ReceivedVersion, VersionRemoved, ReceivedSide, Refusal>;
+using UpstreamRecord = std::variant<ReceivedResult, ReceivedVersion, VersionRemoved, ReceivedSide,
+                                    ReceivedHealth, Refusal>;
 
 /// The window identity a consumer upserts by: (node, pipeline, version, key, start, end).
 /// Negative, zero or positive as `a` orders before, with or after `b`.

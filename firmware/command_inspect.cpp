@@ -204,7 +204,9 @@ json inspect_outbox(lmdb::Store& store, int64_t now_ms) {
                      {"pipeline", r.pipeline},
                      {"key", r.key},
                      {"window", {{"start", r.window_start_ms}, {"end", r.window_end_ms}}},
-                     {"kind", core::emission_kind_name(r.kind)},
+                     {"kind", r.health_record    ? std::string_view("health")
+                              : r.version_record ? std::string_view("version")
+                                                 : core::emission_kind_name(r.kind)},
                      {"revision", r.revision},
                      {"payload_bytes", r.payload.size()}});
     }

@@ -27,6 +27,7 @@ add_library(tidemark_firmware STATIC
   ${CMAKE_CURRENT_LIST_DIR}/result_sinks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/service_parts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/too_late_alarm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/upstream_health.cpp
   ${CMAKE_CURRENT_LIST_DIR}/version_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/versions.cpp
 )

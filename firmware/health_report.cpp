@@ -96,7 +96,8 @@ json outbox_report(const lmdb::OutboxStats& s, int64_t now_wall_ms) {
             {"oldest_age_ms", oldest_age_ms},
             {"dropped", s.dropped},
             {"compacted", s.compacted},
-            {"duplicates_skipped", s.duplicates_skipped}};
+            {"duplicates_skipped", s.duplicates_skipped},
+            {"health_rows", s.health_rows}};
 }
 
 json side_report(const lmdb::SideStats& s) {
@@ -234,6 +235,9 @@ std::string health_record_json(const HealthFigures& f) {
                     {"side_rows_dropped", f.map->side_rows_dropped}};
     h["rss_kib"] = f.rss_kib;
     h["alarms"] = f.alarms;
+    if (f.health_upstream)
+        h["health_upstream"] = {{"queued", f.health_upstream->queued},
+                                {"skipped", f.health_upstream->skipped}};
     return dump(h);
 }
 

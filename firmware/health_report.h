@@ -79,6 +79,13 @@ struct HealthFigures {
     uint64_t rss_kib = 0;
     std::vector<std::string> alarms;
     std::optional<ReloadFigures> last_reload;  // none before the first reload
+    // health.upstream: records queued in the outbox and records not queued (the outbox at its
+    // bound, or unwritable); none when health.upstream is off.
+    struct UpstreamHealthFigures {
+        uint64_t queued = 0;
+        uint64_t skipped = 0;
+    };
+    std::optional<UpstreamHealthFigures> health_upstream;
 };
 
 /// The health record as published: one line of JSON, keys sorted, invalid UTF-8 replaced.

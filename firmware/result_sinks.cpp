@@ -67,7 +67,9 @@ class OutboxSource : public mqtt::OutboxSource {
     OutboxSource(lmdb::Store& store, const config::Config& config)
         : store_(store),
           config_(config),
-          version_topic_(without_key_level(config.upstream->topic)) {}
+          version_topic_(without_key_level(config.upstream->topic)),
+          health_topic_(codec::expand_topic_template(config.health.topic, config.node_id, "", "")) {
+    }
     Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
         auto rows = store_.outbox_peek(from_seq, limit);
         if (!rows) return fail(rows.error().message);
@@ -75,14 +77,19 @@ class OutboxSource : public mqtt::OutboxSource {
         out.reserve(rows->size());
         for (auto& r : *rows) {
             // A version record: retained beside the results (DESIGN.md section 4), on the
-            // pipeline's results topic (without a {key} level) + "/version".
+            // pipeline's results topic (without a {key} level) + "/version". A health record
+            // (health.upstream): retained on health.topic, as on the gateway broker, so that
+            // `tidemark status --broker` finds a fleet's where it finds one gateway's.
             std::string topic =
-                r.version_record ? codec::expand_topic_template(version_topic_, config_.node_id,
-                                                                r.pipeline, "") +
-                                       "/version"
-                                 : codec::expand_topic_template(config_.upstream->topic,
-                                                                config_.node_id, r.pipeline, r.key);
-            out.push_back({r.seq, std::move(topic), std::move(r.payload), r.version_record});
+                r.health_record ? health_topic_
+                : r.version_record
+                    ? codec::expand_topic_template(version_topic_, config_.node_id, r.pipeline,
+                                                   "") +
+                          "/version"
+                    : codec::expand_topic_template(config_.upstream->topic, config_.node_id,
+                                                   r.pipeline, r.key);
+            out.push_back({r.seq, std::move(topic), std::move(r.payload),
+                           r.version_record || r.health_record});
         }
         return out;
     }
@@ -104,6 +111,7 @@ class OutboxSource : public mqtt::OutboxSource {
     lmdb::Store& store_;
     const config::Config& config_;
     std::string version_topic_;
+    std::string health_topic_;
 };
 
 class SideSource : public mqtt::OutboxSource {

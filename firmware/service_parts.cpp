@@ -20,6 +20,7 @@
 #include "firmware/prometheus_text.h"
 #include "firmware/result_sinks.h"
 #include "firmware/too_late_alarm.h"
+#include "firmware/upstream_health.h"
 
 namespace tidemark::firmware {
 
@@ -40,7 +41,7 @@ constexpr int64_t upstream_stall_alarm_ms = 10'000;
 // the clients to the host's store.
 struct ServiceParts::Impl {
     explicit Impl(const config::Config& c, const core::Clock& clk)
-        : config(c), clock(clk), started_steady_ms(clk.steady_ms()) {}
+        : config(c), clock(clk), started_steady_ms(clk.steady_ms()), upstream_health(config, clk) {}
 
     config::Config config;
     const core::Clock& clock;
@@ -64,6 +65,7 @@ struct ServiceParts::Impl {
     // late.alarm, per configured pipeline (bounded by the config's pipelines). Engine thread.
     std::map<std::string, TooLateWatch, std::less<>> too_late_watches;
     bool textfile_failing = false;
+    UpstreamHealth upstream_health;  // health.upstream; engine thread
 
     mutable std::mutex health_mutex;
     std::string health_json = "{}";  // under health_mutex
@@ -238,9 +240,14 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
         f.map = MapFigures{*used, host.store().map_size_bytes(), host.side_rows_dropped()};
     f.rss_kib = rss_kib();
     f.alarms = alarms.alarms;
+    if (m.config.health.upstream)
+        f.health_upstream = {m.upstream_health.queued(), m.upstream_health.skipped()};
     std::string text = health_record_json(f);
     std::string status = firmware::status_line(alarms.alarms, m.forwarder.get());
-    write_prometheus_textfile(text, alarms.alarms != m.alarms_published);
+    const bool alarms_changed = alarms.alarms != m.alarms_published;
+    write_prometheus_textfile(text, alarms_changed);
+    if (m.upstream_health.offer(host.store(), text, alarms_changed) && m.forwarder)
+        m.forwarder->notify();
     {
         std::lock_guard<std::mutex> lk(m.health_mutex);
         m.health_json = std::move(text);
@@ -248,7 +255,7 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest) {
     }
     // A raised or cleared alarm goes out now, not at the next health interval (DESIGN.md
     // section 5: on the health topic within one interval, and refresh comes every second).
-    if (alarms.alarms != m.alarms_published) {
+    if (alarms_changed) {
         m.alarms_published = alarms.alarms;
         if (m.health) m.health->publish_now();
     }

@@ -277,6 +277,26 @@ core::UpstreamRecord parse_side(element root, object o, std::string_view payload
     return s;
 }
 
+// A gateway's health record (health.upstream): node, time_ms and pipelines are what the sink
+// relies on; the rest is kept as it came (a newer gateway's fields included).
+core::UpstreamRecord parse_health(element root, object o, std::string_view topic,
+                                  std::string_view payload) {
+    Fields f(o, "health record");
+    core::ReceivedHealth h;
+    h.topic.assign(topic);
+    f.text("node", h.node);
+    if (f.ok() && h.node.empty()) f.refuse("\"node\" is empty");
+    f.time("time_ms", h.time_ms);
+    object pipelines;
+    f.sub_object("pipelines", pipelines);
+    if (!f.ok()) return core::Refusal{f.problem()};
+    if (!free_of_nul(root))
+        return core::Refusal{
+            "health record: holds a NUL character, which PostgreSQL jsonb cannot store"};
+    h.record_json.assign(payload);
+    return h;
+}
+
 }  // namespace
 
 struct UpstreamParser::Impl {
@@ -313,9 +333,13 @@ core::UpstreamRecord UpstreamParser::parse(std::string_view topic, std::string_v
     if (has("kind") || (has("window") && !side)) return parse_result(o);
     if (has("switch_ms")) return parse_version(o, topic, payload);
     if (side) return parse_side(root, o, payload);
+    // A gateway's health names neither a window nor a kind; uptime_s with pipelines is a
+    // gateway's (a sink's health has uptime_s but no pipelines, and is refused).
+    if (has("uptime_s") && has("pipelines")) return parse_health(root, o, topic, payload);
     return core::Refusal{
         "a JSON object that is no tidemark record: a result has \"kind\" and \"window\", a "
-        "version record \"switch_ms\", side output \"reason\" or \"malformed\""};
+        "version record \"switch_ms\", side output \"reason\" or \"malformed\", a "
+        "gateway's health \"uptime_s\" and \"pipelines\""};
 }
 
 }  // namespace tidemark::codec

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "adapters/config/checker.h"
 #include "core/duration.h"
@@ -143,6 +145,45 @@ void check_outbox_fits(Checker& c, const Config& config) {
                 ": raise storage.map_size or lower the outbox's max_bytes");
 }
 
+// A topic template with {node_id} and {pipeline} filled in, as codec::expand_topic_template
+// does for names that need no escaping (node_id and pipeline names are such names).
+std::string filled(std::string t, const std::string& node_id, const std::string& pipeline) {
+    const std::pair<std::string_view, const std::string*> fields[] = {{"{node_id}", &node_id},
+                                                                      {"{pipeline}", &pipeline}};
+    for (const auto& [field, value] : fields) {
+        for (size_t at = t.find(field); at != std::string::npos;
+             at = t.find(field, at + value->size()))
+            t.replace(at, field.size(), *value);
+    }
+    return t;
+}
+
+// health.upstream: the record goes through the outbox to the upstream broker, so it needs one,
+// and its topic there must not be a pipeline's results topic (a pipeline named "health" under
+// "tidemark/{node_id}/{pipeline}"): the sink would see both on one topic, and the retained
+// health would replace a result.
+void check_upstream_health(Checker& c, const Config& config) {
+    if (!config.health.upstream) return;
+    if (!config.upstream) {
+        c.error("/health/upstream",
+                "true needs an upstream section: the health record goes upstream through the "
+                "outbox, to upstream.uri (set health.upstream to false, or add upstream)");
+        return;
+    }
+    const std::string health = filled(config.health.topic, config.node_id, "");
+    for (size_t i = 0; i < config.pipelines.size(); ++i) {
+        const std::string& name = config.pipelines[i].spec.name;
+        if (config.upstream->topic.find("{key}") != std::string::npos) continue;
+        if (filled(config.upstream->topic, config.node_id, name) != health) continue;
+        c.error("/health/upstream",
+                "the health topic " + in_quotes(health) +
+                    " is also the upstream topic of "
+                    "/pipelines/" +
+                    std::to_string(i) + " (" + in_quotes(name) +
+                    "): rename the pipeline, or change health.topic or upstream.topic");
+    }
+}
+
 // One pipeline, then the checks that need it whole; false when it has errors.
 bool read_one_pipeline(Checker& c, const Json& j, const std::string& p, Config& config) {
     size_t errors_before = c.errors.size();
@@ -248,6 +289,7 @@ ConfigResult parse_config(std::string_view text, const std::string& base_dir_for
     read_backfill_settings(c, root, config.backfill);
     check_outbox_fits(c, config);
     read_pipelines(c, root, config);
+    check_upstream_health(c, config);
 
     if (!c.errors.empty()) return std::unexpected(std::move(c.errors));
     return config;

@@ -185,6 +185,10 @@ struct HealthConfig {
     /// Where the same figures go in Prometheus's text format, rewritten every interval, for
     /// node_exporter's textfile collector (an absolute path ending in ".prom"); empty: none.
     std::string prometheus_textfile;
+    /// The same record also goes upstream, through the outbox (latest only: a newer record
+    /// replaces one still waiting, lmdb::outbox_health_rows_max), retained on `topic` on the
+    /// upstream broker, so that one broker shows a whole fleet. Needs an upstream section.
+    bool upstream = false;
 };
 
 struct Config {

@@ -355,10 +355,11 @@ void read_upstream(Checker& c, const Json& root, const std::string& node_id,
 void read_health(Checker& c, const Json& root, HealthConfig& health) {
     Section s = c.section(root, "", "health",
                           R"({"topic": "tidemark/{node_id}/health", "interval": "10s"})",
-                          {"topic", "interval", "prometheus_textfile"});
+                          {"topic", "interval", "prometheus_textfile", "upstream"});
     if (!s) return;
     read_topic_template(c, s, "topic", health.topic, {"node_id"});
     c.read_duration(*s, s.pointer, "interval", health.interval_ms, true);
+    c.read_bool(*s, s.pointer, "upstream", health.upstream);
     if (s->contains("prometheus_textfile") &&
         c.read_string(*s, s.pointer, "prometheus_textfile", health.prometheus_textfile)) {
         const std::string& path = health.prometheus_textfile;

@@ -156,6 +156,20 @@ StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::
     return !cancels_old;
 }
 
+// A health row replaces the health row before it, whether or not a peek has returned it
+// (outbox_health_rows_max says why that is safe), and whatever compact_superseded says.
+StoreResult<void> replace_health_row(AppendBatch& b, std::string_view wkey) {
+    auto latest = b.impl.get(b.txn, b.impl.windows, wkey, append_what);
+    if (!latest) return std::unexpected(latest.error());
+    if (!*latest || (**latest).size() != 8) return {};
+    auto removed = b.impl.remove_outbox_row(b.txn, u64_of_key(**latest), append_what);
+    if (!removed) return std::unexpected(removed.error());
+    if (*removed == 0) return {};  // delivered (or dropped) already: a stale index entry
+    b.counters.bytes -= *removed;
+    ++b.result.compacted;
+    return {};
+}
+
 // Appends one row: its id in the unique index (or skipped as a duplicate), compaction of the row
 // it supersedes, the row itself and its window's latest seq.
 StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
@@ -178,7 +192,10 @@ StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
     if (auto p = impl.put(b.txn, b.ids.current, id_key, seq_key, MDB_NOOVERWRITE, append_what); !p)
         return p;
     const auto wkey = window_key(row);
-    if (b.options.compact_superseded && wkey) {
+    if (row.health_record) {
+        TM_ASSERT(wkey);
+        if (auto r = replace_health_row(b, *wkey); !r) return r;
+    } else if (b.options.compact_superseded && wkey) {
         auto write_row = compact_superseded(b, row, *wkey);
         if (!write_row) return std::unexpected(write_row.error());
         if (!*write_row) return {};
@@ -498,6 +515,15 @@ StoreResult<OutboxStats> Store::outbox_stats() {
             if (int rc = mdb_stat(txn, impl_->outbox, &st); rc != 0)
                 return std::unexpected(impl_->error(rc, "reading outbox stats"));
             s.rows = st.ms_entries;
+            // The health row, if any: the one the health key names, when still there (the
+            // entry of a delivered one stays until a sweep).
+            auto health = impl_->get(txn, impl_->windows, health_key(), "reading outbox stats");
+            if (!health) return std::unexpected(health.error());
+            if (*health && (**health).size() == 8) {
+                auto row = impl_->get(txn, impl_->outbox, **health, "reading outbox stats");
+                if (!row) return std::unexpected(row.error());
+                s.health_rows = *row ? 1 : 0;
+            }
             MDB_cursor* cur;
             if (int rc = mdb_cursor_open(txn, impl_->outbox, &cur); rc != 0)
                 return std::unexpected(impl_->error(rc, "reading outbox stats"));

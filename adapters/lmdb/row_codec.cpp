@@ -20,10 +20,19 @@ constexpr uint64_t sign_bit = uint64_t{1} << 63;
 // The kind field of a version record (OutboxRow::version_record), since format 4: not an
 // emission kind, so no build that predates it reads one as a result.
 constexpr uint32_t version_record_kind = 16;
+// The kind field of a health record (OutboxRow::health_record), since format 8.
+constexpr uint32_t health_record_kind = 17;
+
+// The compaction index key of every health row: one per outbox (the store is one node's). It
+// starts where a result's key has its pipeline name's u32 length, with a length no name can
+// have (4 GiB), so it never meets a result's key.
+constexpr std::string_view health_window_key =
+    "\xff\xff\xff\xff"
+    "health";
 
 bool known_emission_kind(uint32_t kind) {
     return kind <= static_cast<uint32_t>(core::EmissionKind::retract) ||
-           kind == version_record_kind;
+           kind == version_record_kind || kind == health_record_kind;
 }
 
 }  // namespace
@@ -48,7 +57,8 @@ std::string u64_value(uint64_t v) {
 }
 
 // id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
-// 1 update, 2 retract: core::EmissionKind's values; 16 a version record), payload str, enqueued_ms
+// 1 update, 2 retract: core::EmissionKind's values; 16 a version record, 17 a health record
+// (format 8)), payload str, enqueued_ms
 // i64 (format 2), version str and flags u8 (format 7: 1 = after_retract).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
@@ -60,7 +70,10 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_i64(out, row.window_start_ms);
     bytes::put_i64(out, row.window_end_ms);
     bytes::put_u32(out, row.revision);
-    const auto kind = row.version_record ? version_record_kind : static_cast<uint32_t>(row.kind);
+    TM_ASSERT(!(row.version_record && row.health_record));
+    const auto kind = row.version_record  ? version_record_kind
+                      : row.health_record ? health_record_kind
+                                          : static_cast<uint32_t>(row.kind);
     TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
     bytes::put_u32(out, kind);
     bytes::put_str(out, row.payload);
@@ -79,8 +92,9 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
         !get_str(in, row.payload) || !known_emission_kind(kind))
         return false;
     row.version_record = kind == version_record_kind;
-    row.kind = row.version_record ? core::EmissionKind::final_result
-                                  : static_cast<core::EmissionKind>(kind);
+    row.health_record = kind == health_record_kind;
+    row.kind = row.version_record || row.health_record ? core::EmissionKind::final_result
+                                                       : static_cast<core::EmissionKind>(kind);
     row.enqueued_ms = 0;  // a row written by format version 1: unknown
     if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
     row.version.clear();  // a row written before format 7: the payload names it
@@ -96,6 +110,7 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
 
 std::optional<std::string> window_key(const OutboxRow& row) {
     if (row.version_record) return std::nullopt;  // never compacted: each switch is told
+    if (row.health_record) return std::string(health_window_key);
     std::string k;
     bytes::put_str(k, row.pipeline);
     bytes::put_str(k, row.version);  // DESIGN.md section 5: per (pipeline, version, key, window)
@@ -104,6 +119,10 @@ std::optional<std::string> window_key(const OutboxRow& row) {
     bytes::put_i64_sortable(k, row.window_end_ms);
     if (k.size() > Store::max_key_bytes) return std::nullopt;
     return k;
+}
+
+std::string health_key() {
+    return std::string(health_window_key);
 }
 
 // Encoding byte 1, log offset u64, outbox seq_next u64, checkpoint_ms i64, node_id str (named

@@ -34,9 +34,12 @@ std::string u64_value(uint64_t v);
 std::string encode_outbox_row(const OutboxRow& row);
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 
-/// The compaction index key of a row: pipeline, key, window. nullopt when it would exceed
-/// LMDB's key limit (such a row is never compacted).
+/// The compaction index key of a row: pipeline, version, key, window; for a health row one key
+/// of its own (every health row shares it). nullopt for a version record and when it would
+/// exceed LMDB's key limit (such a row is never compacted).
 std::optional<std::string> window_key(const OutboxRow& row);
+/// The health rows' compaction index key (window_key of any health row).
+std::string health_key();
 
 std::string encode_checkpoint(const CheckpointMeta& meta);
 bool decode_checkpoint(std::string_view in, CheckpointMeta& meta);

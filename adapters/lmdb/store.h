@@ -29,7 +29,8 @@ class CheckpointTxn;
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
 /// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` and `outbox_id_seqs` (id -> seq,
 /// the unique index in two generations, so that prune_ids drops a whole tree), `outbox_windows`
-/// (pipeline+key+window -> latest seq, for compaction; the entries of deleted rows are swept
+/// (pipeline+version+key+window -> latest seq, for compaction, and one key for the health row;
+/// the entries of deleted rows are swept
 /// by later deletes, a few consecutive pages per commit) and `side` (seq -> pipeline, key, record;
 /// meta keeps the high-water log position of the side records, for their dedupe). Every write is
 /// one transaction committed with a full fsync: power loss costs at most the writes not yet
@@ -84,8 +85,9 @@ class Store {
     // generations (outbox_id_seqs no longer maps seq -> id; open() empties it). 7: outbox rows
     // name their version, and the compaction index is per (pipeline, version, key, window)
     // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
+    // 8: outbox rows may be health records (health.upstream), compacted to the latest one.
     // open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 7;
+    static constexpr uint64_t format_version = 8;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
@@ -107,7 +109,8 @@ class Store {
     // --- outbox ---------------------------------------------------------------------------
 
     /// Appends a batch in one transaction: assigns seqs in order, skips rows whose id was seen,
-    /// compacts superseded rows no outbox_peek has returned (compact_superseded), enforces
+    /// compacts superseded rows no outbox_peek has returned (compact_superseded), replaces the
+    /// health row before a health row (always, sent or not: outbox_health_rows_max), enforces
     /// outbox_bytes_max.
     /// errc::full (pause_ingest) and errc::map_full write nothing: retry the same batch later.
     /// An empty outbox takes any batch, even one larger than outbox_bytes_max (pause_ingest):

@@ -96,14 +96,27 @@ struct OutboxRow {
     // results topic + "/version" after every row before it; never compacted. Key and window
     // are empty; kind is final_result.
     bool version_record = false;
+    // The gateway's own health record (health.upstream, since format 8), not a result: sent
+    // retained on the health topic. Latest only: appending one replaces the health row before
+    // it, sent or not (outbox_health_rows_max). Pipeline, key and window are empty; kind is
+    // final_result.
+    bool health_record = false;
 
     bool operator==(const OutboxRow&) const = default;
 };
 
+/// The most health rows (OutboxRow::health_record) the outbox holds at once: appending one
+/// replaces the one before it whether or not a peek has returned it. A superseded health record
+/// that is already on the wire is harmless: the newer one follows it in seq order (the retained
+/// topic ends at the newest), and the sink keeps the newest by its time. So an outage of any
+/// length queues one health record, the latest, never one per interval.
+inline constexpr uint64_t outbox_health_rows_max = 1;
+
 struct AppendResult {
     uint64_t appended = 0;            // rows written (and still present after the batch)
     uint64_t duplicates_skipped = 0;  // rows whose id was already in the outbox index
-    uint64_t compacted = 0;           // unsent rows removed because a newer row superseded them
+    uint64_t compacted = 0;           // rows removed because a newer row superseded them (unsent
+                                      // ones; a health row sent or not)
     uint64_t dropped = 0;             // rows removed by when_full = drop_oldest
 };
 
@@ -117,6 +130,7 @@ struct OutboxStats {
     uint64_t dropped = 0;
     uint64_t duplicates_skipped = 0;
     uint64_t compacted = 0;
+    uint64_t health_rows = 0;  // health records waiting (at most outbox_health_rows_max)
 };
 
 /// One side output record (a too-late event, an undecodable record) and the log record it came

@@ -22,7 +22,7 @@ struct OutboundRow {
     uint64_t seq = 0;
     std::string topic;
     std::string payload;
-    bool retain = false;  // a pipeline's version record
+    bool retain = false;  // a pipeline's version record, the gateway's health record
 };
 
 /// What the forwarder needs from the outbox; the runtime implements it over LMDB.

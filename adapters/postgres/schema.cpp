@@ -96,6 +96,19 @@ SELECT r.node, r.pipeline, r.version, r.key, r.window_start, r.window_end, r.rev
  WHERE r.kind <> 'retract';
 )sql";
 
+// Version 2: gateways' health (health.upstream), the newest record per node. `time` is the
+// record's time_ms (the gateway's clock), `received` the sink's commit time: a row whose
+// `received` is old is a gateway that has stopped reporting.
+constexpr std::string_view schema_v2 = R"sql(
+CREATE TABLE @.health (
+    node     text        PRIMARY KEY,
+    time     timestamptz NOT NULL,
+    record   jsonb       NOT NULL,
+    topic    text        NOT NULL,
+    received timestamptz NOT NULL
+);
+)sql";
+
 std::string substituted(std::string_view sql, std::string_view schema) {
     std::string out;
     out.reserve(sql.size() + 64 * schema.size());
@@ -112,11 +125,12 @@ std::string substituted(std::string_view sql, std::string_view schema) {
 
 std::vector<Migration> migrations(std::string_view schema) {
     return {{1, "results, versions, side output, rejected, offsets; the view current",
-             substituted(schema_v1, schema)}};
+             substituted(schema_v1, schema)},
+            {2, "health: the newest health record per gateway", substituted(schema_v2, schema)}};
 }
 
 int schema_version_latest() {
-    return 1;
+    return migrations("s").back().version;
 }
 
 Result<int> migrate(Connection& c, std::string_view schema) {

@@ -23,6 +23,8 @@ void CommitOutcome::add(const CommitOutcome& o) {
     versions_older += o.versions_older;
     versions_removed += o.versions_removed;
     side_rows += o.side_rows;
+    health_rows += o.health_rows;
+    health_older += o.health_older;
     rejected += o.rejected;
     views_updated += o.views_updated;
     view_problems.insert(view_problems.end(), o.view_problems.begin(), o.view_problems.end());
@@ -106,6 +108,8 @@ Result<void> SinkStore::start_commit(const core::SinkBatch& batch, const SpoolMa
     f.results = batch.results.size();
     f.outcome = CommitOutcome{};
     f.outcome->rows_older = batch.results_superseded;
+    f.outcome->health_older = batch.health_superseded;
+    f.health = batch.health.size();
     std::vector<Statement> statements;
     statements.push_back({"beginning a transaction", "BEGIN", {}});
     if (auto st = results_statement(s_, batch)) {
@@ -114,6 +118,10 @@ Result<void> SinkStore::start_commit(const core::SinkBatch& batch, const SpoolMa
     }
     if (auto st = side_statement(s_, batch)) {
         f.side_at = static_cast<int>(statements.size());
+        statements.push_back(std::move(*st));
+    }
+    if (auto st = health_statement(s_, batch)) {
+        f.health_at = static_cast<int>(statements.size());
         statements.push_back(std::move(*st));
     }
     if (auto st = rejected_statement(s_, batch.rejected, client_)) {
@@ -153,6 +161,12 @@ Result<CommitOutcome> SinkStore::finish_commit() {
         out.rows_older += f.results - written;
     }
     out.side_rows = at(f.side_at);
+    if (f.health_at >= 0) {
+        const uint64_t written = at(f.health_at);
+        TM_ASSERT(written <= f.health);
+        out.health_rows = written;
+        out.health_older += f.health - written;
+    }
     out.rejected = at(f.rejected_at);
     return std::move(f.outcome);
 }
@@ -206,6 +220,14 @@ Result<void> SinkStore::write(const core::SinkBatch& batch, CommitOutcome& out) 
         auto touched = connection_->command(st->what, st->sql, st->params());
         if (!touched) return std::unexpected(touched.error());
         out.side_rows += *touched;
+    }
+    out.health_older += batch.health_superseded;
+    if (auto st = health_statement(s_, batch)) {
+        auto touched = connection_->command(st->what, st->sql, st->params());
+        if (!touched) return std::unexpected(touched.error());
+        TM_ASSERT(*touched <= batch.health.size());
+        out.health_rows += *touched;
+        out.health_older += batch.health.size() - *touched;
     }
     if (auto ok = write_rejected(batch.rejected, out); !ok) return ok;
     return update_views(changed, out);

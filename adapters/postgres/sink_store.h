@@ -34,6 +34,8 @@ class Connection;
 ///     precision (CREATE OR REPLACE; DROP and CREATE when a column goes or changes type; a view
 ///     PostgreSQL will not change is left and reported in view_problems);
 ///   - side output (repeats skipped by a digest of the record), rejected messages;
+///   - gateways' health records (health.upstream): a row per node, replaced only by a record
+///     with a later time_ms, so a redelivered or late older one changes nothing;
 ///   - sink_offsets: the mark, so that a restart resumes the spool exactly there.
 /// An error rolls the transaction back and says what to do (types.h, ErrorKind). A batch that
 /// PostgreSQL refuses for its data (ErrorKind::refused) goes again through commit_parts(): each
@@ -89,7 +91,9 @@ class SinkStore {
         bool pipelined = false;
         Result<CommitOutcome> outcome;  // the statement-by-statement commit's, or partial counts
         uint64_t results = 0;
-        int results_at = -1, side_at = -1, rejected_at = -1;  // their place in the pipeline
+        uint64_t health = 0;
+        // Their place in the pipeline.
+        int results_at = -1, side_at = -1, health_at = -1, rejected_at = -1;
     };
     std::optional<InFlight> in_flight_;
     std::unique_ptr<Connection> connection_;

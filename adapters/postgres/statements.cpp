@@ -113,6 +113,29 @@ std::optional<Statement> side_statement(const std::string& s, const core::SinkBa
                      taken(columns)};
 }
 
+std::optional<Statement> health_statement(const std::string& s, const core::SinkBatch& batch) {
+    if (batch.health.empty()) return std::nullopt;
+    std::array<ArrayText, 4> columns;
+    for (const auto& h : batch.health) {
+        columns[0].add(h.node);
+        columns[1].add(h.time_ms);
+        columns[2].add(h.record_json);
+        columns[3].add(h.topic);
+    }
+    // Latest per node: a redelivered or late older record (two sinks, a gateway's outbox sent
+    // again after a reconnect) changes nothing, as the revision guard does for results.
+    return Statement{"writing " + std::to_string(batch.health.size()) + " health records",
+                     "INSERT INTO " + s +
+                         ".health AS h (node, time, record, topic, received) SELECT u.node, " +
+                         ms_time("u.time_ms") +
+                         ", u.record::jsonb, u.topic, now() FROM unnest($1::text[], "
+                         "$2::bigint[], $3::text[], $4::text[]) AS u(node, time_ms, record, "
+                         "topic) ON CONFLICT (node) DO UPDATE SET time = EXCLUDED.time, record = "
+                         "EXCLUDED.record, topic = EXCLUDED.topic, received = EXCLUDED.received "
+                         "WHERE EXCLUDED.time > h.time",
+                     taken(columns)};
+}
+
 std::optional<Statement> rejected_statement(const std::string& s,
                                             std::span<const core::RejectedMessage> rejected,
                                             const std::string& sink) {

@@ -24,6 +24,8 @@ struct Statement {
 /// `schema` is quoted (Connection::identifier). nullopt: nothing to write.
 std::optional<Statement> results_statement(const std::string& schema, const core::SinkBatch& b);
 std::optional<Statement> side_statement(const std::string& schema, const core::SinkBatch& b);
+/// Gateways' health, one row per node: replaced only by a record with a later time.
+std::optional<Statement> health_statement(const std::string& schema, const core::SinkBatch& b);
 std::optional<Statement> rejected_statement(const std::string& schema,
                                             std::span<const core::RejectedMessage> rejected,
                                             const std::string& sink);

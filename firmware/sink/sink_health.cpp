@@ -59,6 +59,7 @@ std::string sink_health_json(const SinkFigures& f) {
     h["rows_older"] = w.rows_older;
     h["rejected"] = w.rejected;
     h["side_rows"] = w.side_rows;
+    h["health_rows"] = {{"written", w.health_rows}, {"older", w.health_older}};
     h["versions"] = {{"changed", w.versions_changed},
                      {"older", w.versions_older},
                      {"removed", w.versions_removed},

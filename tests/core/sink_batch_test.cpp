@@ -177,6 +177,27 @@ TEST_CASE("version records, side output and refusals keep their order and their 
     CHECK(b.records() == 0);  // take() empties the builder
 }
 
+TEST_CASE("health keeps the newest record per node, the first of equal times", "[sink][health]") {
+    core::SinkBatchBuilder b;
+    auto health = [&](std::string node, int64_t time_ms, std::string json) {
+        b.add(core::ReceivedHealth{"tidemark/" + node + "/health", node, time_ms, std::move(json)},
+              "t", "", 0, 0);
+    };
+    health("gw-b", 20, "b20");
+    health("gw-a", 30, "a30");
+    health("gw-a", 10, "a10");  // older, arrived later: a redelivery
+    health("gw-b", 20, "b20-again");
+    health("gw-a", 40, "a40");
+    const core::SinkBatch batch = b.take();
+    REQUIRE(batch.health.size() == 2);
+    CHECK(batch.health[0].node == "gw-a");
+    CHECK(batch.health[0].record_json == "a40");
+    CHECK(batch.health[1].node == "gw-b");
+    CHECK(batch.health[1].record_json == "b20");
+    CHECK(batch.health_superseded == 3);
+    CHECK(batch.results.empty());
+}
+
 TEST_CASE("a pipeline's view name is an identifier, or there is none", "[sink]") {
     CHECK(core::pipeline_view_name("room_temp_1m") == "current_room_temp_1m");
     CHECK(core::pipeline_view_name("Room-Temp.1m") == "current_room_temp_1m");

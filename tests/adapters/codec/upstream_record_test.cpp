@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "adapters/codec/record.h"
+#include "firmware/health_report.h"
 #include "firmware/versions.h"
 
 using namespace tidemark;
@@ -133,6 +134,42 @@ TEST_CASE("side output is kept as it came", "[codec][sink]") {
     const auto malformed =
         parse("t", R"({"node":"gw-01","pipeline":"p","malformed":"no ts","offset":7})");
     CHECK(std::holds_alternative<core::ReceivedSide>(malformed));
+}
+
+TEST_CASE("a gateway's health record (health.upstream) is health, never a result",
+          "[codec][sink][health]") {
+    // The record as the gateway builds it (firmware::health_record_json), with a pipeline, so
+    // that "pipelines" holds an object that names windows and counts of its own.
+    firmware::HealthFigures f;
+    f.node = "gw-01";
+    f.time_ms = 1764400000123;
+    f.uptime_s = 60;
+    core::PipelineStats stats;
+    firmware::DecodeCounters decode;
+    firmware::PipelineFigures p;
+    p.name = "room_temp_1m";
+    p.stats = &stats;
+    p.decode = &decode;
+    f.pipelines.push_back(p);
+    f.alarms = {"too_late: room_temp_1m"};
+    const std::string record = firmware::health_record_json(f);
+    const auto parsed = parse("tidemark/gw-01/health", record);
+    REQUIRE(std::holds_alternative<core::ReceivedHealth>(parsed));
+    const auto& h = std::get<core::ReceivedHealth>(parsed);
+    CHECK(h.node == "gw-01");
+    CHECK(h.time_ms == 1764400000123);
+    CHECK(h.topic == "tidemark/gw-01/health");
+    CHECK(h.record_json == record);
+    SECTION("one without its time or node is refused, naming the field") {
+        CHECK(refusal(R"({"node":"gw-01","uptime_s":1,"pipelines":{}})") ==
+              "health record: \"time_ms\" is missing");
+        CHECK(refusal(R"({"node":"","time_ms":1,"uptime_s":1,"pipelines":{}})") ==
+              "health record: \"node\" is empty");
+    }
+    SECTION("a sink's health (no pipelines) is no gateway's") {
+        CHECK(refusal(R"({"client_id":"s","time_ms":1,"uptime_s":1,"rows_written":0})")
+                  .starts_with("a JSON object that is no tidemark record"));
+    }
 }
 
 TEST_CASE("what is refused, and why", "[codec][sink]") {

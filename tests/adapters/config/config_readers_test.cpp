@@ -1,4 +1,4 @@
-// The readers' shared messages, the broker URI parse, and the 32-bit map limit.
+// The readers' shared messages, the broker URI parse, the 32-bit map limit and health.upstream.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
@@ -176,4 +176,45 @@ TEST_CASE("upstream.uri is one address or a cluster's list, each checked", "[con
         return e.pointer == "/upstream/tls" &&
                e.message.find("\"tcp://b:1883\" is not an encrypted") != std::string::npos;
     }));
+}
+
+TEST_CASE("health.upstream is off by default, needs an upstream, and owns its topic there",
+          "[config][health]") {
+    const std::string upstream = R"("upstream": {"uri": "tcp://127.0.0.1:1884"},)";
+    const std::string with_upstream =
+        replace(minimal, R"("pipelines")", upstream + R"("pipelines")");
+    SECTION("off by default") {
+        auto c = config::parse_config(with_upstream, "/");
+        REQUIRE(c);
+        CHECK_FALSE(c->health.upstream);
+    }
+    SECTION("true with an upstream") {
+        auto c = config::parse_config(replace(with_upstream, R"("pipelines")",
+                                              R"("health": {"upstream": true}, "pipelines")"),
+                                      "/");
+        REQUIRE(c);
+        CHECK(c->health.upstream);
+    }
+    SECTION("true without an upstream is refused, saying what to do") {
+        const std::string msg = only_error(
+            replace(minimal, R"("pipelines")", R"("health": {"upstream": true}, "pipelines")"),
+            "/health/upstream");
+        CHECK(msg.find("needs an upstream section") != std::string::npos);
+    }
+    SECTION("not a boolean") {
+        only_error(replace(with_upstream, R"("pipelines")",
+                           R"("health": {"upstream": "yes"}, "pipelines")"),
+                   "/health/upstream");
+    }
+    SECTION("a pipeline whose results topic is the health topic is refused") {
+        std::string text = replace(with_upstream, R"("pipelines")",
+                                   R"("health": {"upstream": true}, "pipelines")");
+        text = replace(text, R"("name": "p")", R"("name": "health")");
+        const std::string msg = only_error(text, "/health/upstream");
+        CHECK(msg.find("tidemark/gw-01/health") != std::string::npos);
+        CHECK(msg.find("/pipelines/0") != std::string::npos);
+        // Without health.upstream the two are on different brokers: no conflict.
+        CHECK(config::parse_config(replace(with_upstream, R"("name": "p")", R"("name": "health")"),
+                                   "/"));
+    }
 }

@@ -103,9 +103,10 @@ TEST_CASE("the schema is made once, and opening again changes nothing", "[postgr
     CHECK(first->schema_version() == postgres::schema_version_latest());
     auto second = open_store(s);
     CHECK(second->schema_version() == postgres::schema_version_latest());
-    CHECK(q("SELECT count(*) FROM " + s + ".schema_version") == "1");
+    CHECK(q("SELECT count(*) FROM " + s + ".schema_version") ==
+          std::to_string(postgres::migrations(s).size()));
     for (const char* relation : {"results", "versions", "versions_removed", "side_output",
-                                 "rejected", "sink_offsets", "current"})
+                                 "rejected", "sink_offsets", "current", "health"})
         CHECK(q("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = '" +
                 s + "' AND c.relname = '" + relation + "'") == "1");
@@ -114,6 +115,31 @@ TEST_CASE("the schema is made once, and opening again changes nothing", "[postgr
     auto newer = postgres::SinkStore::open(options(s));
     REQUIRE_FALSE(newer.has_value());
     CHECK(newer.error().message.find("upgrade tidemark") != std::string::npos);
+}
+
+TEST_CASE("health keeps the newest record per node: an older one never replaces it",
+          "[postgres][sink][health]") {
+    const std::string s = fresh_schema();
+    auto store = open_store(s);
+    auto health = [](std::string node, int64_t time_ms) {
+        return core::ReceivedHealth{
+            "tidemark/" + node + "/health", node, time_ms,
+            R"({"node":")" + node + R"(","time_ms":)" + std::to_string(time_ms) + "}"};
+    };
+    auto out = commit(*store, {health("gw-1", 2000), health("gw-2", 1000), health("gw-1", 1000)});
+    CHECK(out.health_rows == 2);
+    CHECK(out.health_older == 1);                  // the older gw-1 of the same batch
+    out = commit(*store, {health("gw-1", 1500)});  // late and older: changes nothing
+    CHECK(out.health_rows == 0);
+    CHECK(out.health_older == 1);
+    out = commit(*store, {health("gw-1", 2000)});  // redelivered: nothing either
+    CHECK(out.health_rows == 0);
+    out = commit(*store, {health("gw-1", 3000)});
+    CHECK(out.health_rows == 1);
+    CHECK(q("SELECT string_agg(node || ' ' || (record ->> 'time_ms'), ',' ORDER BY node) FROM " +
+            s + ".health") == "gw-1 3000,gw-2 1000");
+    CHECK(q("SELECT time = 'epoch'::timestamptz + interval '3 seconds' FROM " + s +
+            ".health WHERE node = 'gw-1'") == "t");
 }
 
 TEST_CASE("the revision guard: duplicates, redeliveries and older revisions change nothing",
