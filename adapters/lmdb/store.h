@@ -84,8 +84,10 @@ class Store {
     // generations (outbox_id_seqs no longer maps seq -> id; open() empties it). 7: outbox rows
     // name their version, and the compaction index is per (pipeline, version, key, window)
     // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
-    // open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 7;
+    // 8: outbox rows may be too-late tallies (late.report), and state may hold a pipeline's
+    // tally record ('L'): a build of format 7 would take both for damage, so it refuses the
+    // store instead. open() writes this version into an older store it opens writable.
+    static constexpr uint64_t format_version = 8;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------

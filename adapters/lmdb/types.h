@@ -96,6 +96,12 @@ struct OutboxRow {
     // results topic + "/version" after every row before it; never compacted. Key and window
     // are empty; kind is final_result.
     bool version_record = false;
+    // A window's too-late tally (core::LateReport), not a result: sent on the results topic +
+    // "/late". Key empty, kind final_result, revision its count (capped at UINT32_MAX), so an
+    // unsent tally is compacted by the next tally of the same window (window_key adds
+    // late_since_ms: one tally never replaces another, nor a result).
+    bool late_record = false;
+    int64_t late_since_ms = 0;
 
     bool operator==(const OutboxRow&) const = default;
 };
