@@ -89,7 +89,9 @@ class SinkStore {
         bool pipelined = false;
         Result<CommitOutcome> outcome;  // the statement-by-statement commit's, or partial counts
         uint64_t results = 0;
-        int results_at = -1, side_at = -1, rejected_at = -1;  // their place in the pipeline
+        uint64_t late = 0;
+        // Their place in the pipeline.
+        int results_at = -1, side_at = -1, rejected_at = -1, late_at = -1;
     };
     std::optional<InFlight> in_flight_;
     std::unique_ptr<Connection> connection_;

@@ -37,6 +37,8 @@ struct CommitOutcome {
     uint64_t versions_older = 0;    ///< version records refused (not a higher switch_ms)
     uint64_t versions_removed = 0;  ///< version rows deleted by an empty retained record
     uint64_t side_rows = 0;         ///< side output rows inserted (repeats are skipped)
+    uint64_t late_rows = 0;         ///< too-late tallies inserted or raised
+    uint64_t late_older = 0;        ///< tallies refused: not a higher count (in the table)
     uint64_t rejected = 0;          ///< rows written to `rejected`
     uint64_t views_updated = 0;     ///< current_<pipeline> views created or replaced
     /// Views the database would not let the sink change (a user's view depends on one, say):

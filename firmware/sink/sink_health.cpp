@@ -59,6 +59,8 @@ std::string sink_health_json(const SinkFigures& f) {
     h["rows_older"] = w.rows_older;
     h["rejected"] = w.rejected;
     h["side_rows"] = w.side_rows;
+    h["late_rows"] = w.late_rows;
+    h["late_older"] = w.late_older;
     h["versions"] = {{"changed", w.versions_changed},
                      {"older", w.versions_older},
                      {"removed", w.versions_removed},

@@ -36,6 +36,8 @@ struct WriterStats {
     uint64_t rows_older = 0;    ///< results the revision guard refused (duplicates included)
     uint64_t rejected = 0;
     uint64_t side_rows = 0;
+    uint64_t late_rows = 0;   // too-late tallies inserted or raised
+    uint64_t late_older = 0;  // tallies refused: not a higher count
     uint64_t versions_changed = 0, versions_older = 0, versions_removed = 0, views_updated = 0;
     uint64_t records_committed = 0;  ///< spooled messages committed, of every kind
     uint64_t commits = 0;
