@@ -59,4 +59,17 @@ uint64_t emission_id(std::string_view node, std::string_view pipeline, std::stri
                                  kind);
 }
 
+// After the seed, a tag that cannot begin a result's continuation: a result hashes its key's
+// u32 length first, and no key is 2^32 - 1 bytes long.
+uint64_t late_report_id(uint64_t seed, int64_t start_ms, int64_t end_ms, int64_t since_ms,
+                        uint64_t too_late) {
+    uint64_t h = hash::fnv1a_le(seed, 0xffff'ffffU, 4);
+    h = hash::fnv1a(h, "late");
+    h = hash::fnv1a_le(h, static_cast<uint64_t>(start_ms), 8);
+    h = hash::fnv1a_le(h, static_cast<uint64_t>(end_ms), 8);
+    h = hash::fnv1a_le(h, static_cast<uint64_t>(since_ms), 8);
+    h = hash::fnv1a_le(h, too_late, 8);
+    return hash::mix(h);
+}
+
 }  // namespace tidemark::core

@@ -59,12 +59,36 @@ struct SideOutput {
     std::string payload;
 };
 
+/// A window's too-late tally, for the consumer (LateSpec::report; README "Too-late report"):
+/// the window's too-late events counted since `since_ms`, cumulative, so that a duplicate, a
+/// re-send or an older tally arriving late changes nothing for a consumer that keeps the
+/// highest `too_late` per (pipeline, version, window, since_ms). A window has a second tally
+/// (a later since_ms) only when the engine let its first go (bounded table): the window's count
+/// is the sum over its tallies. Every field is a function of the log.
+struct LateReport {
+    uint32_t pipeline = 0;  // index in the engine's pipeline list
+    uint64_t id = 0;        // late_report_id() of the fields below
+    int64_t start_ms = 0;   // the window, as in results
+    int64_t end_ms = 0;
+    int64_t since_ms = 0;   // ingest time of the tally's first too-late event
+    uint64_t too_late = 0;  // too-late events of the window since since_ms, >= 1
+    int64_t as_of_ms = 0;   // ingest time at which the tally was reported
+};
+
+/// A stable id of a tally's state, from the pipeline's emission_id_seed: the same in every run
+/// and never the id of a result (a domain tag no result id hashes).
+uint64_t late_report_id(uint64_t seed, int64_t start_ms, int64_t end_ms, int64_t since_ms,
+                        uint64_t too_late);
+
 /// Receives what the engine emits, in emission order.
 class EmissionSink {
   public:
     virtual ~EmissionSink() = default;
     virtual void emit(const Emission& emission) = 0;
     virtual void side_output(const SideOutput& side) = 0;
+    /// Too-late tallies (pipelines with LateSpec::report). A sink that sends nothing upstream
+    /// (tests, replay's counters) may ignore them.
+    virtual void late_report(const LateReport&) {}
 };
 
 }  // namespace tidemark::core

@@ -51,8 +51,11 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
 void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
     if (now_ms <= now_ms_) return;
     reap_partitions();
+    const int64_t previous_ms = now_ms_;
     now_ms_ = now_ms;
     stats_.ingest_ms = now_ms;
+    // Before the windows this instant closes: the tallies of events read before it.
+    if (!late_tallies_.empty()) report_late(previous_ms, now_ms, sink);
     // Partitions go idle one ingest instant at a time, in the order of the instants, all
     // partitions of one instant together; after each instant the global watermark is the
     // minimum over those still active, so the windows that minimum reaches close then, and
@@ -199,7 +202,11 @@ const PipelineStats& PipelineRun::stats() {
         keys_.size() * (sizeof(KeyState) + 48) +
         partitions_.size() *
             (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t)) +
-        remembered_.size() * remembered_bytes + too_late_windows_.size() * sizeof(TooLateWindow);
+        remembered_.size() * remembered_bytes + too_late_windows_.size() * sizeof(TooLateWindow) +
+        late_tallies_.size() * sizeof(LateTally);
+    stats_.late_reports = late_reports_;
+    stats_.too_late_unreported = too_late_unreported_;
+    stats_.late_tallies = static_cast<uint32_t>(late_tallies_.size());
     const size_t shown = std::min(too_late_windows_.size(), too_late_windows_shown);
     std::copy_n(too_late_windows_.begin(), shown, stats_.too_late_top.begin());
     stats_.too_late_top_size = static_cast<uint32_t>(shown);

@@ -44,6 +44,11 @@ struct PipelineStats {
     // by at most this much.
     uint64_t too_late_windows_dropped = 0;
     uint64_t side_outputs = 0;
+    // late.report: tallies sent to the consumer (LateReport records), and too-late events no
+    // tally could hold (the bounded table was full of tallies waiting for their report): the
+    // consumer's counts are short by at most this much.
+    uint64_t late_reports = 0;
+    uint64_t too_late_unreported = 0;
     uint64_t clamped = 0;       // events stamped more than max_future ahead of ingest
     uint64_t keys_refused = 0;  // events refused because keys_max (keys or partitions) was reached
     uint64_t partitions_forgotten = 0;  // idle partitions without keys, dropped from state
@@ -68,7 +73,8 @@ struct PipelineStats {
     std::array<TooLateWindow, too_late_windows_shown> too_late_top{};
     uint32_t too_late_top_size = 0;
     uint32_t too_late_windows_tracked = 0;
-    LagHistogram lag_ms;  // ingest_ms - event_ms of every event (before clamping)
+    uint32_t late_tallies = 0;  // late.report: windows with a tally (at most 256)
+    LagHistogram lag_ms;        // ingest_ms - event_ms of every event (before clamping)
 };
 
 /// How far the watermark is behind the newest ingest time; none while there is no watermark

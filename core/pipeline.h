@@ -43,6 +43,13 @@ struct LateSpec {
     int64_t allowed_lateness_ms = 0;
     TooLate too_late = TooLate::drop;
     Corrections corrections = Corrections::upsert;
+    // late.report: each window's too-late tally goes to the consumer (LateReport), at most
+    // once per window per report_every_ms of ingest time: when the ingest time crosses a
+    // multiple of it, every tally that grew since its last report is reported. Operations
+    // only: not part of the version (a changed interval changes when tallies travel, not the
+    // counts a consumer ends with).
+    bool report = false;
+    int64_t report_every_ms = 60'000;
 };
 
 /// Bounds on state. Past a bound, a new key or window is refused and counted, never silently.

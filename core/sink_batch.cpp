@@ -16,6 +16,8 @@ void SinkBatchBuilder::add(UpstreamRecord record, std::string_view topic, std::s
         batch_.version_changes.emplace_back(std::move(*version));
     } else if (auto* removed = std::get_if<VersionRemoved>(&record)) {
         batch_.version_changes.emplace_back(std::move(*removed));
+    } else if (auto* late = std::get_if<ReceivedLate>(&record)) {
+        batch_.late.push_back(std::move(*late));
     } else if (auto* side = std::get_if<ReceivedSide>(&record)) {
         batch_.side.push_back(std::move(*side));
     } else if (auto* health = std::get_if<ReceivedHealth>(&record)) {
@@ -60,6 +62,18 @@ SinkBatch SinkBatchBuilder::take() {
         [](const ReceivedHealth& a, const ReceivedHealth& b) { return a.node == b.node; });
     health.erase(health_last, health.end());
     batch_.health_superseded = health_before - health.size();
+    // Tallies: the highest count of each (the table keeps the highest too).
+    auto& late = batch_.late;
+    std::stable_sort(late.begin(), late.end(), [](const ReceivedLate& a, const ReceivedLate& b) {
+        const int order = compare_tally(a, b);
+        if (order != 0) return order < 0;
+        return a.too_late > b.too_late;
+    });
+    late.erase(std::unique(late.begin(), late.end(),
+                           [](const ReceivedLate& a, const ReceivedLate& b) {
+                               return compare_tally(a, b) == 0;
+                           }),
+               late.end());
     SinkBatch out = std::move(batch_);
     batch_ = SinkBatch{};
     return out;

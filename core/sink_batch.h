@@ -32,6 +32,9 @@ struct SinkBatch {
     /// transactions cannot deadlock on each other.
     std::vector<ReceivedResult> results;
     std::vector<VersionChange> version_changes;
+    /// Too-late tallies, one per tally identity (compare_tally), the highest count of the
+    /// batch, in compare_tally order (the same locking order for every sink).
+    std::vector<ReceivedLate> late;
     std::vector<ReceivedSide> side;
     /// One per node, the newest of the batch (highest time_ms; the first of equal times), ordered
     /// by node, as results are ordered by window.

@@ -14,6 +14,15 @@ int compare_window(const ReceivedResult& a, const ReceivedResult& b) {
     return right < left ? 1 : 0;
 }
 
+int compare_tally(const ReceivedLate& a, const ReceivedLate& b) {
+    const auto left =
+        std::tie(a.node, a.pipeline, a.version, a.window_start_ms, a.window_end_ms, a.since_ms);
+    const auto right =
+        std::tie(b.node, b.pipeline, b.version, b.window_start_ms, b.window_end_ms, b.since_ms);
+    if (left < right) return -1;
+    return right < left ? 1 : 0;
+}
+
 bool outranks(const ReceivedResult& a, const ReceivedResult& b) {
     if (a.revision != b.revision) return a.revision > b.revision;
     return a.kind == EmissionKind::retract && b.kind != EmissionKind::retract;

@@ -78,13 +78,31 @@ struct ReceivedHealth {
     std::string record_json;  ///< the payload, a JSON object
 };
 
+/// A window's too-late tally (core::LateReport as the gateway sent it, README "Too-late
+/// report"): the table keeps, per (node, pipeline, version, window, since_ms), the highest
+/// too_late.
+struct ReceivedLate {
+    std::string id;
+    std::string node;
+    std::string pipeline;
+    std::string version;  ///< "" when absent
+    int64_t window_start_ms = 0;
+    int64_t window_end_ms = 0;
+    int64_t since_ms = 0;
+    int64_t too_late = 0;  ///< 1 .. INT64_MAX (PostgreSQL's bigint)
+    int64_t as_of_ms = 0;
+};
+
+/// The identity a consumer upserts a tally by: (node, pipeline, version, start, end, since).
+int compare_tally(const ReceivedLate& a, const ReceivedLate& b);
+
 /// A message the sink cannot take, and why (a sentence a person can act on).
 struct Refusal {
     std::string reason;
 };
 
 using UpstreamRecord = std::variant<ReceivedResult, ReceivedVersion, VersionRemoved, ReceivedSide,
-                                    ReceivedHealth, Refusal>;
+                                    ReceivedHealth, Refusal, ReceivedLate>;
 
 /// The window identity a consumer upserts by: (node, pipeline, version, key, start, end).
 /// Negative, zero or positive as `a` orders before, with or after `b`.

@@ -43,6 +43,9 @@ json pipeline_report(const core::PipelineStats& s, const DecodeCounters& d) {
     p["too_late_windows"] = std::move(windows);
     p["too_late_windows_tracked"] = s.too_late_windows_tracked;
     p["too_late_windows_dropped"] = s.too_late_windows_dropped;
+    p["late_reports"] = s.late_reports;
+    p["late_tallies"] = s.late_tallies;
+    p["too_late_unreported"] = s.too_late_unreported;
     p["partitions_forgotten"] = s.partitions_forgotten;
     p["partitions_remembered"] = s.partitions_remembered;
     p["forgotten_evicted"] = s.forgotten_evicted;

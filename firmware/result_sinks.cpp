@@ -1,5 +1,8 @@
 #include "firmware/result_sinks.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include "adapters/codec/record.h"
@@ -27,6 +30,22 @@ void BatchSink::emit(const core::Emission& e) {
         config_.pipelines[e.pipeline].spec.late.corrections == core::Corrections::retract;
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
                          row.payload, config_.pipelines[e.pipeline].spec.version);
+    rows.push_back(std::move(row));
+}
+
+void BatchSink::late_report(const core::LateReport& r) {
+    const core::PipelineSpec& spec = config_.pipelines[r.pipeline].spec;
+    lmdb::OutboxRow row;
+    row.id = r.id;
+    row.pipeline = spec.name;
+    row.version = spec.version;
+    row.window_start_ms = r.start_ms;
+    row.window_end_ms = r.end_ms;
+    // The count ranks the tallies of one window for compaction (a higher one supersedes).
+    row.revision = static_cast<uint32_t>(std::min<uint64_t>(r.too_late, UINT32_MAX));
+    row.late_record = true;
+    row.late_since_ms = r.since_ms;
+    codec::encode_late_report(config_.node_id, spec.name, spec.version, r, row.payload);
     rows.push_back(std::move(row));
 }
 
@@ -77,15 +96,17 @@ class OutboxSource : public mqtt::OutboxSource {
         out.reserve(rows->size());
         for (auto& r : *rows) {
             // A version record: retained beside the results (DESIGN.md section 4), on the
-            // pipeline's results topic (without a {key} level) + "/version". A health record
-            // (health.upstream): retained on health.topic, as on the gateway broker, so that
-            // `tidemark status --broker` finds a fleet's where it finds one gateway's.
+            // pipeline's results topic (without a {key} level) + "/version"; a too-late tally
+            // beside them, + "/late", not retained (each is a state of a count: the sink keeps
+            // the highest). A health record (health.upstream): retained on health.topic, as on
+            // the gateway broker, so that `tidemark status --broker` finds a fleet's where it
+            // finds one gateway's.
             std::string topic =
                 r.health_record ? health_topic_
-                : r.version_record
+                : r.version_record || r.late_record
                     ? codec::expand_topic_template(version_topic_, config_.node_id, r.pipeline,
                                                    "") +
-                          "/version"
+                          (r.version_record ? "/version" : "/late")
                     : codec::expand_topic_template(config_.upstream->topic, config_.node_id,
                                                    r.pipeline, r.key);
             out.push_back({r.seq, std::move(topic), std::move(r.payload),

@@ -15,7 +15,8 @@
 
 namespace tidemark::firmware {
 
-/// Operation: emissions become outbox rows (the JSON record as sent upstream, with its columns);
+/// Operation: emissions and too-late tallies become outbox rows (the JSON record as sent
+/// upstream, with its columns);
 /// too-late events and undecodable records become side rows named by the log record that
 /// produced them. The engine host moves `rows` and `side` into the store after each step.
 /// Concurrency: engine thread only.
@@ -26,6 +27,7 @@ class BatchSink : public ProcessorSink {
     explicit BatchSink(const config::Config& config);
     void emit(const core::Emission& e) override;
     void side_output(const core::SideOutput& s) override;
+    void late_report(const core::LateReport& r) override;
     void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override;
 
     std::vector<lmdb::OutboxRow> rows;
@@ -40,7 +42,9 @@ class BatchSink : public ProcessorSink {
     uint32_t side_ordinal_ = 0;
 };
 
-/// The outbox for the forwarder: each row on upstream.topic expanded with its pipeline and key.
+/// The outbox for the forwarder: each row on upstream.topic expanded with its pipeline and key;
+/// version records and too-late tallies on that topic without its {key} level, + "/version"
+/// (retained) and + "/late".
 /// `store` and `config` must outlive it; calls come from the forwarder's thread (the store's
 /// read and delete transactions are its own).
 std::unique_ptr<mqtt::OutboxSource> make_outbox_source(lmdb::Store& store,

@@ -23,18 +23,24 @@ void append_origin(std::string& out, std::string_view node_id, std::string_view 
     append_json_string(out, pipeline);
 }
 
+void append_id(std::string& out, uint64_t id) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += "\"id\":\"";
+    for (int shift = 60; shift >= 0; shift -= 4)
+        out += hex[(id >> shift) & 15];
+    out += '"';
+}
+
 }  // namespace
 
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& e,
                    std::string& out, std::string_view version) {
     TM_ASSERT(aggregate_names.size() == e.values.size());
-    static constexpr char hex[] = "0123456789abcdef";
     out.clear();
-    out += "{\"id\":\"";
-    for (int shift = 60; shift >= 0; shift -= 4)
-        out += hex[(e.id >> shift) & 15];
-    out += "\",";
+    out += '{';
+    append_id(out, e.id);
+    out += ',';
     append_origin(out, node_id, pipeline);
     if (!version.empty()) {
         out += ",\"version\":";
@@ -63,6 +69,28 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
     }
     out += "},\"watermark\":";
     append_json_integer(out, e.watermark_ms);
+    out += '}';
+}
+
+void encode_late_report(std::string_view node_id, std::string_view pipeline,
+                        std::string_view version, const core::LateReport& r, std::string& out) {
+    out.clear();
+    out += '{';
+    append_id(out, r.id);
+    out += ',';
+    append_origin(out, node_id, pipeline);
+    if (!version.empty()) {
+        out += ",\"version\":";
+        append_json_string(out, version);
+    }
+    out += ',';
+    append_window(out, r.start_ms, r.end_ms);
+    out += ",\"too_late\":";
+    out += std::to_string(r.too_late);
+    out += ",\"since_ms\":";
+    append_json_integer(out, r.since_ms);
+    out += ",\"as_of_ms\":";
+    append_json_integer(out, r.as_of_ms);
     out += '}';
 }
 

@@ -20,6 +20,13 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& emission,
                    std::string& out, std::string_view version = {});
 
+/// Writes a window's too-late tally as one compact JSON object into `out` (replacing its
+/// contents): id (16 hex digits), node, pipeline, version (when not empty), window {start,
+/// end}, too_late, since_ms, as_of_ms. Byte-stable, like encode_result. No "kind": a consumer
+/// never takes it for a result.
+void encode_late_report(std::string_view node_id, std::string_view pipeline,
+                        std::string_view version, const core::LateReport& report, std::string& out);
+
 /// Writes a too-late event as one compact JSON object into `out` (replacing its contents):
 /// node, pipeline, reason, key, log_offset, event_ms, ingest_ms, window {start, end},
 /// watermark, topic, then the payload as "payload" (a JSON string) when it is valid UTF-8, or

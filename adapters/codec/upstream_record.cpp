@@ -226,6 +226,30 @@ core::UpstreamRecord parse_result(object o) {
     return r;
 }
 
+core::UpstreamRecord parse_late(object o) {
+    Fields f(o, "too-late tally");
+    core::ReceivedLate l;
+    f.text("id", l.id);
+    f.text("node", l.node);
+    f.pipeline(l.pipeline);
+    f.text("version", l.version, /*required=*/false);
+    object window;
+    f.sub_object("window", window);
+    if (f.ok()) {
+        Fields w(window, "window");
+        w.time("start", l.window_start_ms);
+        w.time("end", l.window_end_ms);
+        if (w.ok() && l.window_end_ms <= l.window_start_ms)
+            w.refuse("its end must be after its start (windows are [start, end))");
+        if (!w.ok()) f.refuse("\"window\": " + w.bare_problem());
+    }
+    f.integer("too_late", l.too_late, 1, INT64_MAX, "from 1");
+    f.time("since_ms", l.since_ms);
+    f.time("as_of_ms", l.as_of_ms);
+    if (!f.ok()) return core::Refusal{f.problem()};
+    return l;
+}
+
 core::UpstreamRecord parse_version(object o, std::string_view topic, std::string_view payload) {
     Fields f(o, "version record");
     core::ReceivedVersion v;
@@ -328,8 +352,11 @@ core::UpstreamRecord UpstreamParser::parse(std::string_view topic, std::string_v
         element unused;
         return o.at_key(key).get(unused) == simdjson::SUCCESS;
     };
-    // Side output names a window too, but never a kind; a result never a reason.
+    // Side output names a window too, but never a kind; a result never a reason. A too-late
+    // tally names a window and its count, never a kind (and goes to "/late", which the class
+    // does not rely on: a gateway chooses its topics).
     const bool side = has("reason") || has("malformed");
+    if (!has("kind") && has("too_late") && !side) return parse_late(o);
     if (has("kind") || (has("window") && !side)) return parse_result(o);
     if (has("switch_ms")) return parse_version(o, topic, payload);
     if (side) return parse_side(root, o, payload);
@@ -338,8 +365,8 @@ core::UpstreamRecord UpstreamParser::parse(std::string_view topic, std::string_v
     if (has("uptime_s") && has("pipelines")) return parse_health(root, o, topic, payload);
     return core::Refusal{
         "a JSON object that is no tidemark record: a result has \"kind\" and \"window\", a "
-        "version record \"switch_ms\", side output \"reason\" or \"malformed\", a "
-        "gateway's health \"uptime_s\" and \"pipelines\""};
+        "version record \"switch_ms\", a too-late tally \"too_late\", side output "
+        "\"reason\" or \"malformed\", a gateway's health \"uptime_s\" and \"pipelines\""};
 }
 
 }  // namespace tidemark::codec

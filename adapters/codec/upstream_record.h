@@ -12,7 +12,8 @@ namespace tidemark::codec {
 
 /// Operation: parse() classifies one message by its payload, never by its topic alone (a
 /// gateway chooses its upstream.topic): an object with "kind", or with "window" and no
-/// "reason", is a result; one with "switch_ms" a version record; one with "reason" or
+/// "reason", is a result, except one with "too_late" and no "kind" or "reason", a too-late
+/// tally (core::ReceivedLate); one with "switch_ms" a version record; one with "reason" or
 /// "malformed" side output (which names a window too, never a kind); one with "uptime_s" and
 /// "pipelines" (and none of those) a gateway's health record (health.upstream, kept newest per
 /// node; a sink's health has no "pipelines" and is refused); an empty payload on a topic ending in

@@ -227,10 +227,32 @@ void read_too_late_alarm(Checker& c, const Section& late, PipelineConfig::TooLat
     c.read_duration(*s, s.pointer, "over", alarm.over_ms, true);
 }
 
+// late.report: true, false or {"every": "1m"}. On by default with too_late "drop", where the
+// per-window count is all the consumer learns of what was dropped; off by default with
+// "side_output", which sends every too-late event itself.
+void read_late_report(Checker& c, const Section& late, core::LateSpec& spec) {
+    spec.report = spec.too_late == core::TooLate::drop;
+    const Json* j = Checker::member(*late, "report");
+    if (!j) return;
+    if (j->is_boolean()) {
+        spec.report = j->get<bool>();
+        return;
+    }
+    Section s =
+        c.section(*late, late.pointer, "report", R"({"every": "1m"}, true or false)", {"every"});
+    if (!s) return;
+    spec.report = true;
+    if (c.read_duration(*s, s.pointer, "every", spec.report_every_ms, true) &&
+        spec.report_every_ms < 1'000)
+        c.error(child(s.pointer, "every"),
+                "at least 1s: each interval may send a record for each of up to 256 windows");
+}
+
 void read_late(Checker& c, const Json& pipeline, const std::string& pointer, PipelineConfig& out) {
     core::LateSpec& late = out.spec.late;
+    late.report = late.too_late == core::TooLate::drop;  // without a "late" section too
     Section s = c.section(pipeline, pointer, "late", R"({"allowed_lateness": "10m"})",
-                          {"allowed_lateness", "too_late", "corrections", "alarm"});
+                          {"allowed_lateness", "too_late", "corrections", "alarm", "report"});
     if (!s) return;
     read_too_late_alarm(c, s, out.too_late_alarm);
     c.read_duration(*s, s.pointer, "allowed_lateness", late.allowed_lateness_ms, false);
@@ -238,6 +260,7 @@ void read_late(Checker& c, const Json& pipeline, const std::string& pointer, Pip
                   {{"drop", core::TooLate::drop}, {"side_output", core::TooLate::side_output}});
     c.read_choice(*s, s.pointer, "corrections", late.corrections,
                   {{"upsert", core::Corrections::upsert}, {"retract", core::Corrections::retract}});
+    read_late_report(c, s, late);
 }
 
 void read_fields(Checker& c, const Json& pipeline, const std::string& pointer,

@@ -22,6 +22,9 @@ constexpr uint64_t sign_bit = uint64_t{1} << 63;
 constexpr uint32_t version_record_kind = 16;
 // The kind field of a health record (OutboxRow::health_record), since format 8.
 constexpr uint32_t health_record_kind = 17;
+// A too-late tally (OutboxRow::late_record), since format 8; its flags byte is followed by
+// late_since_ms.
+constexpr uint32_t late_record_kind = 18;
 
 // The compaction index key of every health row: one per outbox (the store is one node's). It
 // starts where a result's key has its pipeline name's u32 length, with a length no name can
@@ -32,7 +35,7 @@ constexpr std::string_view health_window_key =
 
 bool known_emission_kind(uint32_t kind) {
     return kind <= static_cast<uint32_t>(core::EmissionKind::retract) ||
-           kind == version_record_kind || kind == health_record_kind;
+           kind == version_record_kind || kind == health_record_kind || kind == late_record_kind;
 }
 
 }  // namespace
@@ -57,9 +60,10 @@ std::string u64_value(uint64_t v) {
 }
 
 // id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
-// 1 update, 2 retract: core::EmissionKind's values; 16 a version record, 17 a health record
-// (format 8)), payload str, enqueued_ms
-// i64 (format 2), version str and flags u8 (format 7: 1 = after_retract).
+// 1 update, 2 retract: core::EmissionKind's values; 16 a version record; 17 a health record;
+// 18 a too-late tally (17 and 18 since format 8)), payload str, enqueued_ms i64 (format 2),
+// version str and flags u8 (format 7: 1 = after_retract), then for a too-late tally its since
+// i64 (format 8).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
     out.reserve(56 + row.pipeline.size() + row.key.size() + row.payload.size() +
@@ -70,9 +74,10 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_i64(out, row.window_start_ms);
     bytes::put_i64(out, row.window_end_ms);
     bytes::put_u32(out, row.revision);
-    TM_ASSERT(!(row.version_record && row.health_record));
+    TM_ASSERT(int{row.version_record} + int{row.health_record} + int{row.late_record} <= 1);
     const auto kind = row.version_record  ? version_record_kind
                       : row.health_record ? health_record_kind
+                      : row.late_record   ? late_record_kind
                                           : static_cast<uint32_t>(row.kind);
     TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
     bytes::put_u32(out, kind);
@@ -80,6 +85,7 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_i64(out, row.enqueued_ms);
     bytes::put_str(out, row.version);
     out.push_back(row.after_retract ? 1 : 0);
+    if (row.late_record) bytes::put_i64(out, row.late_since_ms);
     return out;
 }
 
@@ -93,17 +99,24 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
         return false;
     row.version_record = kind == version_record_kind;
     row.health_record = kind == health_record_kind;
-    row.kind = row.version_record || row.health_record ? core::EmissionKind::final_result
-                                                       : static_cast<core::EmissionKind>(kind);
+    row.late_record = kind == late_record_kind;
+    row.late_since_ms = 0;
+    row.kind = row.version_record || row.health_record || row.late_record
+                   ? core::EmissionKind::final_result
+                   : static_cast<core::EmissionKind>(kind);
     row.enqueued_ms = 0;  // a row written by format version 1: unknown
     if (!in.empty() && !bytes::get_i64(in, row.enqueued_ms)) return false;
     row.version.clear();  // a row written before format 7: the payload names it
     row.after_retract = false;
     if (!in.empty()) {
-        if (!get_str(in, row.version) || in.size() != 1 || static_cast<uint8_t>(in[0]) > 1)
+        if (!get_str(in, row.version) || in.size() != (row.late_record ? 9U : 1U) ||
+            static_cast<uint8_t>(in[0]) > 1)
             return false;
         row.after_retract = in[0] != 0;
         in.remove_prefix(1);
+        if (row.late_record && !bytes::get_i64(in, row.late_since_ms)) return false;
+    } else if (row.late_record) {
+        return false;  // no format before 8 wrote one
     }
     return in.empty();
 }
@@ -117,6 +130,12 @@ std::optional<std::string> window_key(const OutboxRow& row) {
     bytes::put_str(k, row.key);
     bytes::put_i64_sortable(k, row.window_start_ms);
     bytes::put_i64_sortable(k, row.window_end_ms);
+    // A tally's key is longer than any result's of the same (pipeline, version, key): the two
+    // never share a window's latest row, and two tallies of one window never replace each other.
+    if (row.late_record) {
+        k.push_back('L');
+        bytes::put_i64_sortable(k, row.late_since_ms);
+    }
     if (k.size() > Store::max_key_bytes) return std::nullopt;
     return k;
 }

@@ -85,8 +85,10 @@ class Store {
     // generations (outbox_id_seqs no longer maps seq -> id; open() empties it). 7: outbox rows
     // name their version, and the compaction index is per (pipeline, version, key, window)
     // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
-    // 8: outbox rows may be health records (health.upstream), compacted to the latest one.
-    // open() writes this version into an older store it opens writable.
+    // 8: outbox rows may be health records (health.upstream), compacted to the latest one, or
+    // too-late tallies (late.report), and state may hold a pipeline's tally record ('L'): a
+    // build of format 7 would take them for damage, so it refuses the store instead. open()
+    // writes this version into an older store it opens writable.
     static constexpr uint64_t format_version = 8;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 

@@ -101,6 +101,12 @@ struct OutboxRow {
     // it, sent or not (outbox_health_rows_max). Pipeline, key and window are empty; kind is
     // final_result.
     bool health_record = false;
+    // A window's too-late tally (core::LateReport), not a result: sent on the results topic +
+    // "/late". Key empty, kind final_result, revision its count (capped at UINT32_MAX), so an
+    // unsent tally is compacted by the next tally of the same window (window_key adds
+    // late_since_ms: one tally never replaces another, nor a result).
+    bool late_record = false;
+    int64_t late_since_ms = 0;
 
     bool operator==(const OutboxRow&) const = default;
 };

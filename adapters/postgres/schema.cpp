@@ -109,6 +109,29 @@ CREATE TABLE @.health (
 );
 )sql";
 
+// Version 3 (issue 29): each window's too-late tallies (late.report), and their sum per window.
+constexpr std::string_view schema_v3 = R"sql(
+CREATE TABLE @.late_windows (
+    node         text        NOT NULL,
+    pipeline     text        NOT NULL,
+    version      text        NOT NULL,
+    window_start timestamptz NOT NULL,
+    window_end   timestamptz NOT NULL,
+    since        timestamptz NOT NULL,
+    too_late     bigint      NOT NULL CHECK (too_late > 0),
+    as_of        timestamptz NOT NULL,
+    id           text        NOT NULL,
+    updated      timestamptz NOT NULL,
+    PRIMARY KEY (node, pipeline, version, window_start, window_end, since)
+);
+
+CREATE VIEW @.late_window_totals AS
+SELECT node, pipeline, version, window_start, window_end,
+       sum(too_late)::bigint AS too_late, max(as_of) AS as_of, max(updated) AS updated
+  FROM @.late_windows
+ GROUP BY node, pipeline, version, window_start, window_end;
+)sql";
+
 std::string substituted(std::string_view sql, std::string_view schema) {
     std::string out;
     out.reserve(sql.size() + 64 * schema.size());
@@ -126,7 +149,9 @@ std::string substituted(std::string_view sql, std::string_view schema) {
 std::vector<Migration> migrations(std::string_view schema) {
     return {{1, "results, versions, side output, rejected, offsets; the view current",
              substituted(schema_v1, schema)},
-            {2, "health: the newest health record per gateway", substituted(schema_v2, schema)}};
+            {2, "health: the newest health record per gateway", substituted(schema_v2, schema)},
+            {3, "late_windows (too-late tallies); the view late_window_totals",
+             substituted(schema_v3, schema)}};
 }
 
 int schema_version_latest() {

@@ -25,6 +25,8 @@ void CommitOutcome::add(const CommitOutcome& o) {
     side_rows += o.side_rows;
     health_rows += o.health_rows;
     health_older += o.health_older;
+    late_rows += o.late_rows;
+    late_older += o.late_older;
     rejected += o.rejected;
     views_updated += o.views_updated;
     view_problems.insert(view_problems.end(), o.view_problems.begin(), o.view_problems.end());
@@ -116,6 +118,11 @@ Result<void> SinkStore::start_commit(const core::SinkBatch& batch, const SpoolMa
         f.results_at = static_cast<int>(statements.size());
         statements.push_back(std::move(*st));
     }
+    f.late = batch.late.size();
+    if (auto st = late_statement(s_, batch)) {
+        f.late_at = static_cast<int>(statements.size());
+        statements.push_back(std::move(*st));
+    }
     if (auto st = side_statement(s_, batch)) {
         f.side_at = static_cast<int>(statements.size());
         statements.push_back(std::move(*st));
@@ -159,6 +166,12 @@ Result<CommitOutcome> SinkStore::finish_commit() {
         TM_ASSERT(written <= f.results);
         out.rows_written = written;
         out.rows_older += f.results - written;
+    }
+    if (f.late_at >= 0) {
+        const uint64_t written = at(f.late_at);
+        TM_ASSERT(written <= f.late);
+        out.late_rows = written;
+        out.late_older = f.late - written;
     }
     out.side_rows = at(f.side_at);
     if (f.health_at >= 0) {
@@ -213,6 +226,13 @@ Result<void> SinkStore::write(const core::SinkBatch& batch, CommitOutcome& out) 
         TM_ASSERT(*touched <= batch.results.size());
         out.rows_written += *touched;
         out.rows_older += batch.results.size() - *touched;
+    }
+    if (auto st = late_statement(s_, batch)) {
+        auto touched = connection_->command(st->what, st->sql, st->params());
+        if (!touched) return std::unexpected(touched.error());
+        TM_ASSERT(*touched <= batch.late.size());
+        out.late_rows += *touched;
+        out.late_older += batch.late.size() - *touched;
     }
     std::vector<std::string> changed;
     if (auto ok = write_versions(batch, out, changed); !ok) return ok;

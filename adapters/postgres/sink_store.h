@@ -92,8 +92,9 @@ class SinkStore {
         Result<CommitOutcome> outcome;  // the statement-by-statement commit's, or partial counts
         uint64_t results = 0;
         uint64_t health = 0;
+        uint64_t late = 0;
         // Their place in the pipeline.
-        int results_at = -1, side_at = -1, health_at = -1, rejected_at = -1;
+        int results_at = -1, side_at = -1, health_at = -1, rejected_at = -1, late_at = -1;
     };
     std::optional<InFlight> in_flight_;
     std::unique_ptr<Connection> connection_;

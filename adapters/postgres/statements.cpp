@@ -96,6 +96,36 @@ std::optional<Statement> results_statement(const std::string& s, const core::Sin
         taken(columns)};
 }
 
+std::optional<Statement> late_statement(const std::string& s, const core::SinkBatch& batch) {
+    if (batch.late.empty()) return std::nullopt;
+    std::array<ArrayText, 9> columns;
+    for (const core::ReceivedLate& l : batch.late) {
+        columns[0].add(l.node);
+        columns[1].add(l.pipeline);
+        columns[2].add(l.version);
+        columns[3].add(l.window_start_ms);
+        columns[4].add(l.window_end_ms);
+        columns[5].add(l.since_ms);
+        columns[6].add(l.too_late);
+        columns[7].add(l.as_of_ms);
+        columns[8].add(l.id);
+    }
+    return Statement{
+        "writing " + std::to_string(batch.late.size()) + " too-late tallies",
+        "INSERT INTO " + s +
+            ".late_windows AS l (node, pipeline, version, window_start, window_end, since, "
+            "too_late, as_of, id, updated) SELECT u.node, u.pipeline, u.version, " +
+            ms_time("u.ws") + ", " + ms_time("u.we") + ", " + ms_time("u.since") +
+            ", u.too_late, " + ms_time("u.as_of") +
+            ", u.id, now() FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
+            "$5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[]) AS u(node, "
+            "pipeline, version, ws, we, since, too_late, as_of, id) "
+            "ON CONFLICT (node, pipeline, version, window_start, window_end, since) DO UPDATE SET "
+            "too_late = EXCLUDED.too_late, as_of = EXCLUDED.as_of, id = EXCLUDED.id, "
+            "updated = EXCLUDED.updated WHERE EXCLUDED.too_late > l.too_late",
+        taken(columns)};
+}
+
 std::optional<Statement> side_statement(const std::string& s, const core::SinkBatch& batch) {
     if (batch.side.empty()) return std::nullopt;
     std::array<ArrayText, 3> columns;

@@ -23,6 +23,8 @@ struct Statement {
 
 /// `schema` is quoted (Connection::identifier). nullopt: nothing to write.
 std::optional<Statement> results_statement(const std::string& schema, const core::SinkBatch& b);
+/// The tally guard: a row is replaced only by a higher too_late.
+std::optional<Statement> late_statement(const std::string& schema, const core::SinkBatch& b);
 std::optional<Statement> side_statement(const std::string& schema, const core::SinkBatch& b);
 /// Gateways' health, one row per node: replaced only by a record with a later time.
 std::optional<Statement> health_statement(const std::string& schema, const core::SinkBatch& b);

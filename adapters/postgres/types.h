@@ -39,6 +39,8 @@ struct CommitOutcome {
     uint64_t side_rows = 0;         ///< side output rows inserted (repeats are skipped)
     uint64_t health_rows = 0;       ///< health rows inserted or replaced (a newer record)
     uint64_t health_older = 0;      ///< health records older than the row (or the batch) had
+    uint64_t late_rows = 0;         ///< too-late tallies inserted or raised
+    uint64_t late_older = 0;        ///< tallies refused: not a higher count (in the table)
     uint64_t rejected = 0;          ///< rows written to `rejected`
     uint64_t views_updated = 0;     ///< current_<pipeline> views created or replaced
     /// Views the database would not let the sink change (a user's view depends on one, say):

@@ -55,7 +55,13 @@ void PipelineRun::checkpoint(StateWriter& w) {
     erased_.clear();
     dirty_keys_.clear();
     dirty_partitions_.clear();
-    // The meta record (watermark, counters) changes with every record: always written.
+    // The meta record (watermark, counters) changes with every record: always written. The
+    // too-late tallies only when they changed (or everything is written).
+    late_pending_ =
+        late_dirty_ ||
+        (pending_full_ && (!late_tallies_.empty() || late_reports_ || too_late_unreported_));
+    if (late_pending_) write_late(w, value);
+    late_dirty_ = false;
     write_meta(w, value);
 }
 
@@ -81,6 +87,8 @@ void PipelineRun::checkpoint_failed() {
         for (const uint64_t hash : pending_remembered_)
             if (remembered_.count(hash)) mark_remembered_dirty(hash);
     }
+    if (late_pending_) late_dirty_ = true;
+    late_pending_ = false;
     pending_erased_.clear();
     pending_keys_.clear();
     pending_partitions_.clear();
@@ -95,6 +103,7 @@ Result<void> PipelineRun::restore_entry(std::string_view rest, std::string_view 
     if (type == 'A') return read_meta(value);
     if (type == 'P') return read_partition(rest, value);
     if (type == 'F') return read_remembered(rest, value);
+    if (type == 'L') return rest.empty() ? read_late(value) : fail("damaged too-late tallies key");
     if (type == 'K') {
         std::string_view key;
         if (!bytes::get_str(rest, key) || rest.empty()) return fail("damaged key record");

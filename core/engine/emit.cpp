@@ -44,6 +44,7 @@ void PipelineRun::emit(EmissionSink& sink, const KeyState& k, int64_t start, int
 // one with a single event; what is not kept is counted (too_late_windows_dropped), one event
 // each time.
 void PipelineRun::count_too_late_window(int64_t start, int64_t end) {
+    tally_too_late(start, end);
     auto& table = too_late_windows_;
     auto it = std::find_if(table.begin(), table.end(), [&](const TooLateWindow& w) {
         return w.start_ms == start && w.end_ms == end;

@@ -5,6 +5,7 @@
 //   core/engine/keys.cpp          keys: creation, removal, the partition they count in
 //   core/engine/timers.cpp        when keys are due, and firing them in (due, key) order
 //   core/engine/emit.cpp          results, too-late and refused events
+//   core/engine/late_report.cpp   per-window too-late tallies for the consumer (late.report)
 //   core/engine/slices.{h,cpp}    tumbling and hopping windows
 //   core/engine/sessions.{h,cpp}  session windows
 //   core/engine/checkpoint.cpp    incremental checkpoints and restore
@@ -136,6 +137,12 @@ class PipelineRun {
     void emit(EmissionSink& sink, const KeyState& k, int64_t start, int64_t end, EmissionKind kind,
               uint32_t revision, ClosedBy closed_by, const Values& values, int64_t watermark);
     void count_too_late_window(int64_t start, int64_t end);
+
+    // --- too-late tallies for the consumer (late_report.cpp) ---------------------------------
+    void tally_too_late(int64_t start, int64_t end);
+    void report_late(int64_t previous_ms, int64_t now_ms, EmissionSink& sink);
+    void write_late(StateWriter& w, std::string& value);
+    Result<void> read_late(std::string_view in);
     void too_late(EmissionSink& sink, std::string_view key, const Event& event, int64_t t,
                   int64_t start, int64_t end, int64_t watermark);
     // An event the limits turned away: counted, and kept as side output where the pipeline
@@ -265,6 +272,27 @@ class PipelineRun {
     // record; stats() shows the first too_late_windows_shown.
     static constexpr size_t too_late_windows_max = 256;
     std::vector<TooLateWindow> too_late_windows_;
+
+    // late.report: one tally per window with too-late events, by (start, end), at most
+    // late_tallies_max. When full, a new window takes the place of the reported tally whose
+    // last too-late event is the oldest; when every tally has events not yet reported (that
+    // many windows got too-late events within one report interval), the new window's event
+    // is not tallied and is counted (too_late_unreported). Kept in the 'L' record.
+    struct LateTally {
+        int64_t start_ms = 0;
+        int64_t end_ms = 0;
+        int64_t since_ms = 0;   // ingest time of its first too-late event
+        uint64_t too_late = 0;  // its too-late events
+        uint64_t reported = 0;  // too_late as last reported; 0: never
+        int64_t last_ms = 0;    // ingest time of its latest too-late event: eviction order
+    };
+    static constexpr size_t late_tallies_max = 256;
+    std::vector<LateTally> late_tallies_;
+    uint64_t too_late_unreported_ = 0;
+    uint64_t late_reports_ = 0;
+    bool late_dirty_ = false;    // the 'L' record changed since the last checkpoint
+    bool late_pending_ = false;  // the last checkpoint wrote it (see checkpoint_failed)
+    LateReport late_report_;     // reused for every report
 
     bool tracking_ = false;
     std::vector<std::string> dirty_keys_;

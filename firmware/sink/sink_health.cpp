@@ -60,6 +60,8 @@ std::string sink_health_json(const SinkFigures& f) {
     h["rejected"] = w.rejected;
     h["side_rows"] = w.side_rows;
     h["health_rows"] = {{"written", w.health_rows}, {"older", w.health_older}};
+    h["late_rows"] = w.late_rows;
+    h["late_older"] = w.late_older;
     h["versions"] = {{"changed", w.versions_changed},
                      {"older", w.versions_older},
                      {"removed", w.versions_removed},

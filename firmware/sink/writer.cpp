@@ -269,6 +269,8 @@ void SinkWriter::record(const Pending& p, const postgres::CommitOutcome& outcome
     s.side_rows += outcome.side_rows;
     s.health_rows += outcome.health_rows;
     s.health_older += outcome.health_older;
+    s.late_rows += outcome.late_rows;
+    s.late_older += outcome.late_older;
     s.versions_changed += outcome.versions_changed;
     s.versions_older += outcome.versions_older;
     s.versions_removed += outcome.versions_removed;

@@ -54,6 +54,8 @@ class Recorder : public core::EmissionSink {
         out.push_back({e, t});
     }
     void side_output(const core::SideOutput& s) override { side.push_back(s); }
+    std::vector<core::LateReport> late;
+    void late_report(const core::LateReport& r) override { late.push_back(r); }
     std::string text() const {
         std::string all;
         for (const auto& o : out)

@@ -10,3 +10,6 @@ tm_test(core_engine_crossings_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_cr
         LIBS tidemark_core LABELS fast)
 tm_test(core_too_late_windows_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/too_late_windows_test.cpp
         LIBS tidemark_core LABELS fast)
+# late.report: per-window too-late tallies for the consumer (issue 29).
+tm_test(core_late_report_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/late_report_test.cpp
+        LIBS tidemark_core LABELS fast)

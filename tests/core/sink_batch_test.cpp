@@ -214,3 +214,30 @@ TEST_CASE("a pipeline's view name is an identifier, or there is none", "[sink]")
     CHECK_FALSE(core::aggregate_column_problem("window_start").empty());
     CHECK_FALSE(core::aggregate_column_problem(std::string(64, 'n')).empty());
 }
+
+TEST_CASE("a batch keeps each too-late tally once, at its highest count, in tally order") {
+    const auto tally = [](int64_t start, int64_t since, int64_t count) {
+        core::ReceivedLate l;
+        l.node = "gw-1";
+        l.pipeline = "p";
+        l.version = "v1";
+        l.window_start_ms = start;
+        l.window_end_ms = start + 1000;
+        l.since_ms = since;
+        l.too_late = count;
+        l.id = std::to_string(start) + "/" + std::to_string(since) + "/" + std::to_string(count);
+        return l;
+    };
+    core::SinkBatchBuilder b;
+    uint64_t offset = 0;
+    for (const auto& l : {tally(2000, 5, 3), tally(0, 5, 2), tally(2000, 5, 7), tally(2000, 5, 7),
+                          tally(0, 9, 1), tally(2000, 5, 4)})
+        b.add(l, "t/late", "", 0, offset++);
+    const core::SinkBatch batch = b.take();
+    CHECK(batch.records == 6);
+    CHECK(batch.results.empty());
+    std::vector<std::string> ids;
+    for (const auto& l : batch.late)
+        ids.push_back(l.id);
+    CHECK(ids == std::vector<std::string>{"0/5/2", "0/9/1", "2000/5/7"});
+}

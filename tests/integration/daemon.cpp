@@ -285,8 +285,11 @@ ResultRecord parse_result(const std::string& payload) {
 std::vector<ResultRecord> parse_results(const std::vector<ReceivedMessage>& messages) {
     std::vector<ResultRecord> out;
     for (const auto& m : messages) {
-        // Side output, and the retained version records (DESIGN.md section 4): not results.
-        if (m.topic.ends_with("/side") || m.topic.ends_with("/version")) continue;
+        // Side output, the retained version records (DESIGN.md section 4) and too-late
+        // tallies (late.report): not results.
+        if (m.topic.ends_with("/side") || m.topic.ends_with("/version") ||
+            m.topic.ends_with("/late"))
+            continue;
         out.push_back(parse_result(m.payload));
     }
     return out;

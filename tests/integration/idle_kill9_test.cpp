@@ -174,7 +174,8 @@ class ArrivalClock {
         }
         std::vector<Arrived> out;
         for (size_t i = 0; i < messages.size(); ++i) {
-            if (messages[i].topic.ends_with("/side") || messages[i].topic.ends_with("/version"))
+            if (messages[i].topic.ends_with("/side") || messages[i].topic.ends_with("/version") ||
+                messages[i].topic.ends_with("/late"))
                 continue;
             out.push_back({parse_result(messages[i].payload), at[i]});
         }

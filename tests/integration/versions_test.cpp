@@ -230,7 +230,7 @@ std::vector<Seen> seen(const Upstream& up) {
         Seen s;
         s.index = i;
         s.payload = m.payload;
-        if (rest.ends_with("/side")) continue;
+        if (rest.ends_with("/side") || rest.ends_with("/late")) continue;
         if (rest.ends_with("/version")) {
             s.is_version_record = true;
             rest.resize(rest.size() - std::string("/version").size());

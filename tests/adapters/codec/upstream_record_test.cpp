@@ -223,3 +223,49 @@ TEST_CASE("what is refused, and why", "[codec][sink]") {
     CHECK(refusal(R"({"node":"gw","pipeline":"p","reason":"x\u0000"})").find("NUL") !=
           std::string::npos);
 }
+
+TEST_CASE("a too-late tally the gateway encoded is the README's record and parses back",
+          "[codec][sink]") {
+    core::LateReport l;
+    l.id = 0x5d1e0c9a7b3f2468;
+    l.start_ms = 1764400000000;
+    l.end_ms = 1764400060000;
+    l.since_ms = 1764400712000;
+    l.too_late = 17;
+    l.as_of_ms = 1764400740000;
+    std::string payload;
+    codec::encode_late_report("gw-01", "room_temp_1m", "6b033ab2", l, payload);
+    CHECK(payload == R"({"id":"5d1e0c9a7b3f2468","node":"gw-01","pipeline":"room_temp_1m",)"
+                     R"("version":"6b033ab2","window":{"start":1764400000000,"end":1764400060000},)"
+                     R"("too_late":17,"since_ms":1764400712000,"as_of_ms":1764400740000})");
+    const auto parsed = parse("tidemark/gw-01/room_temp_1m/late", payload);
+    REQUIRE(std::holds_alternative<core::ReceivedLate>(parsed));
+    const auto& r = std::get<core::ReceivedLate>(parsed);
+    CHECK(r.id == "5d1e0c9a7b3f2468");
+    CHECK(r.node == "gw-01");
+    CHECK(r.pipeline == "room_temp_1m");
+    CHECK(r.version == "6b033ab2");
+    CHECK(r.window_start_ms == l.start_ms);
+    CHECK(r.window_end_ms == l.end_ms);
+    CHECK(r.since_ms == l.since_ms);
+    CHECK(r.too_late == 17);
+    CHECK(r.as_of_ms == l.as_of_ms);
+    // Classified by its fields, whatever the topic.
+    CHECK(std::holds_alternative<core::ReceivedLate>(parse("elsewhere", payload)));
+}
+
+TEST_CASE("a too-late tally with a bad field is refused, naming it", "[codec][sink]") {
+    const std::string good =
+        R"({"id":"5d1e0c9a7b3f2468","node":"gw","pipeline":"p","window":{"start":0,"end":60000},)"
+        R"("too_late":3,"since_ms":70000,"as_of_ms":80000})";
+    CHECK(std::holds_alternative<core::ReceivedLate>(parse("t/late", good)));
+    CHECK(refusal(with(good, R"("too_late":3)", R"("too_late":0)")).find("\"too_late\"") !=
+          std::string::npos);
+    CHECK(refusal(with(good, R"("too_late":3)", R"("too_late":"3")")).find("\"too_late\"") !=
+          std::string::npos);
+    CHECK(refusal(with(good, R"("since_ms":70000,)", "")).find("\"since_ms\" is missing") !=
+          std::string::npos);
+    CHECK(refusal(with(good, R"("end":60000)", R"("end":0)")).find("window") != std::string::npos);
+    CHECK(refusal(with(good, R"("pipeline":"p")", R"("pipeline":"a b")")).find("pipeline") !=
+          std::string::npos);
+}

@@ -139,3 +139,31 @@ TEST_CASE("the map budget counts a second version of the largest pipeline", "[co
 
 }  // namespace
 }  // namespace tidemark
+
+namespace tidemark {
+
+TEST_CASE("late.report: on with drop, off with side_output, its interval not in the version",
+          "[config]") {
+    const auto with_late = [](const std::string& late) {
+        return test::replace(test::minimal, R"("aggregates")",
+                             R"("late": )" + late + R"(, "aggregates")");
+    };
+    const auto spec = [&](const std::string& json) { return load(json).pipelines.at(0).spec.late; };
+    CHECK(spec(test::minimal).report);  // no late section: drop, reported
+    CHECK(spec(test::minimal).report_every_ms == 60'000);
+    CHECK_FALSE(spec(with_late(R"({"too_late": "side_output"})")).report);
+    CHECK(spec(with_late(R"({"too_late": "side_output", "report": true})")).report);
+    CHECK_FALSE(spec(with_late(R"({"report": false})")).report);
+    const auto every = spec(with_late(R"({"report": {"every": "5s"}})"));
+    CHECK(every.report);
+    CHECK(every.report_every_ms == 5'000);
+    CHECK(version_of(with_late(R"({"report": {"every": "5s"}})")) == version_of(test::minimal));
+    CHECK(version_of(with_late(R"({"report": false})")) == version_of(test::minimal));
+    CHECK(test::only_error(with_late(R"({"report": {"every": "500ms"}})"),
+                           "/pipelines/0/late/report/every")
+              .find("at least 1s") != std::string::npos);
+    test::only_error(with_late(R"({"report": {"evry": "5s"}})"), "/pipelines/0/late/report/evry");
+    test::only_error(with_late(R"({"report": "5s"})"), "/pipelines/0/late/report");
+}
+
+}  // namespace tidemark

@@ -786,3 +786,46 @@ TEST_CASE("a store without a side high-water skips no side record", "[lmdb][side
     CHECK(s->side_append(side_records(1, 2))->appended == 2);
     CHECK(s->side_stats()->duplicates_skipped == 1);
 }
+
+namespace {
+// A window's too-late tally (late.report) as BatchSink stores it: key empty, the count as the
+// revision, its since beside.
+OutboxRow tally(uint64_t id, int64_t start, uint32_t count, int64_t since_ms) {
+    OutboxRow r =
+        row(id, "", start, count, k_final, R"({"too_late":)" + std::to_string(count) + "}");
+    r.version = "v1";
+    r.late_record = true;
+    r.late_since_ms = since_ms;
+    return r;
+}
+}  // namespace
+
+TEST_CASE("too-late tallies: stored with their since, compacted only by the next of the same tally",
+          "[lmdb][outbox]") {
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    OutboxRow result = row(1, "", 0, 0, k_final);
+    result.version = "v1";
+    append(*s, {result, tally(2, 0, 1, 500)});
+    // A higher count of the same tally replaces the unsent one; an update of the window's
+    // result (key "" too) replaces the result: neither touches the other, nor another tally of
+    // the window (a later since).
+    OutboxRow update = row(5, "", 0, 1, k_update);
+    update.version = "v1";
+    auto b = append(*s, {tally(3, 0, 4, 500), tally(4, 0, 1, 900), update});
+    CHECK(b.compacted == 2);
+    CHECK(ids_of(*s) == std::vector<uint64_t>{3, 4, 5});  // a peek: these are claimed now
+    const auto rows = s->outbox_peek(0, 10).value();
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0].late_record);
+    CHECK(rows[0].late_since_ms == 500);
+    CHECK(rows[0].revision == 4);
+    CHECK(rows[0].payload == R"({"too_late":4})");
+    CHECK(rows[1].late_since_ms == 900);
+    CHECK_FALSE(rows[2].late_record);
+    // A regenerated tally (after a crash) is skipped by its id, as results are.
+    CHECK(append(*s, {tally(3, 0, 4, 500)}).duplicates_skipped == 1);
+    // Once published (claimed) it travels: the next count is a row of its own.
+    CHECK(append(*s, {tally(6, 0, 5, 500)}).compacted == 0);
+    CHECK(ids_of(*s) == std::vector<uint64_t>{3, 4, 5, 6});
+}

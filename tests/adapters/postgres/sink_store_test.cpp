@@ -105,8 +105,9 @@ TEST_CASE("the schema is made once, and opening again changes nothing", "[postgr
     CHECK(second->schema_version() == postgres::schema_version_latest());
     CHECK(q("SELECT count(*) FROM " + s + ".schema_version") ==
           std::to_string(postgres::migrations(s).size()));
-    for (const char* relation : {"results", "versions", "versions_removed", "side_output",
-                                 "rejected", "sink_offsets", "current", "health"})
+    for (const char* relation :
+         {"results", "versions", "versions_removed", "side_output", "rejected", "sink_offsets",
+          "current", "health", "late_windows", "late_window_totals"})
         CHECK(q("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = '" +
                 s + "' AND c.relname = '" + relation + "'") == "1");
@@ -367,4 +368,59 @@ TEST_CASE("two sinks writing the same windows at once: no deadlock, the highest 
     CHECK(failures == 0);
     CHECK(q("SELECT count(*) FROM " + s +
             ".results WHERE revision = " + std::to_string(rounds - 1)) == std::to_string(keys));
+}
+
+namespace {
+core::ReceivedLate tally(int64_t since_ms, int64_t count, std::string node = "gw-1") {
+    core::ReceivedLate l;
+    l.id = "late-" + std::to_string(since_ms) + "-" + std::to_string(count);
+    l.node = std::move(node);
+    l.pipeline = "temp";
+    l.version = "v1";
+    l.window_start_ms = 1764400000000;
+    l.window_end_ms = 1764400060000;
+    l.since_ms = since_ms;
+    l.too_late = count;
+    l.as_of_ms = since_ms + 1000 * count;
+    return l;
+}
+}  // namespace
+
+TEST_CASE("too-late tallies: the highest count stays, a window's tallies add up",
+          "[postgres][sink]") {
+    const std::string s = fresh_schema();
+    auto store = open_store(s);
+    auto out = commit(*store, {tally(1764400100000, 3)});
+    CHECK(out.late_rows == 1);
+    out = commit(*store, {tally(1764400100000, 5)});
+    CHECK(out.late_rows == 1);
+    // A redelivery of an older count, and the same record again: nothing changes.
+    out = commit(*store, {tally(1764400100000, 4), tally(1764400100000, 5)});
+    CHECK(out.late_rows == 0);
+    CHECK(out.late_older == 1);  // the batch kept 5 of the two, which the table already holds
+    CHECK(q("SELECT too_late || ' ' || id || ' ' || (extract(epoch FROM as_of) * 1000)::bigint "
+            "FROM " +
+            s + ".late_windows") == "5 late-1764400100000-5 1764400105000");
+    // A second tally of the window (the gateway let the first go), and another node's.
+    commit(*store, {tally(1764400900000, 2), tally(1764400100000, 9, "gw-2")});
+    CHECK(q("SELECT too_late FROM " + s + ".late_window_totals WHERE node = 'gw-1'") == "7");
+    CHECK(q("SELECT too_late FROM " + s + ".late_window_totals WHERE node = 'gw-2'") == "9");
+    CHECK(q("SELECT (extract(epoch FROM window_start) * 1000)::bigint || ' ' || "
+            "(extract(epoch FROM since) * 1000)::bigint FROM " +
+            s + ".late_windows WHERE node = 'gw-2'") == "1764400000000 1764400100000");
+}
+
+TEST_CASE("a schema at version 1 gets the too-late table on open, its rows kept",
+          "[postgres][sink]") {
+    const std::string s = fresh_schema();
+    // A schema as a version 1 sink left it: made by this one, version 2 taken back out.
+    open_store(s).reset();
+    server().query("DROP VIEW " + s + ".late_window_totals; DROP TABLE " + s +
+                   ".late_windows; DELETE FROM " + s + ".schema_version WHERE version >= 2");
+    server().query("INSERT INTO " + s + ".sink_offsets VALUES ('old', 'spool', 7, now())");
+    REQUIRE(q("SELECT max(version) FROM " + s + ".schema_version") == "1");
+    auto store = open_store(s);
+    CHECK(store->schema_version() == postgres::schema_version_latest());
+    CHECK(q("SELECT spool_offset FROM " + s + ".sink_offsets") == "7");
+    CHECK(commit(*store, {tally(1764400100000, 2)}).late_rows == 1);
 }
