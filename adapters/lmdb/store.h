@@ -84,8 +84,11 @@ class Store {
     // generations (outbox_id_seqs no longer maps seq -> id; open() empties it). 7: outbox rows
     // name their version, and the compaction index is per (pipeline, version, key, window)
     // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
-    // open() writes this version into an older store it opens writable.
-    static constexpr uint64_t format_version = 7;
+    // 8: the id index is keyed by (window end, id) (issue 31: keyed by the id, a hash, its
+    // inserts dirtied a page each); an older store's ids stay as they are and are looked up by
+    // the id too until prune_ids drops their generation. open() writes this version into an older
+    // store it opens writable.
+    static constexpr uint64_t format_version = 8;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 
     // --- checkpoint and state -------------------------------------------------------------
