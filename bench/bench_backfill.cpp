@@ -19,8 +19,10 @@
 // A drain thread deletes outbox rows as the forwarder does on PUBACK, so the outbox stays small.
 // fsync `never`: step() then reads up to the written end, so the delays are the engine's, not
 // the fsync interval's (with `interval` a live record also waits up to storage.fsync_interval).
-// The rates do not depend on the history's length; --hours 720 is the issue's 30 days (phase 0
-// alone took 505 s at 24 h here, growing faster than the history: not run at 720 h).
+// The rates do not depend on the history's length; --hours 720 is the issue's 30 days (not run).
+// --history-ratio runs phase 0 alone for 1 h and --hours H, --runs times (default 3), and prints
+// history.rate_ratio_<H>h_1h: it was 0.53 at 8 h while the outbox's id index was keyed by the id
+// alone (store format 7, issue 31; docs/BENCHMARKS.md "history").
 #include <algorithm>
 #include <atomic>
 #include <chrono>
