@@ -19,8 +19,10 @@
 // A drain thread deletes outbox rows as the forwarder does on PUBACK, so the outbox stays small.
 // fsync `never`: step() then reads up to the written end, so the delays are the engine's, not
 // the fsync interval's (with `interval` a live record also waits up to storage.fsync_interval).
-// The rates do not depend on the history's length; --hours 720 is the issue's 30 days (phase 0
-// alone took 505 s at 24 h here, growing faster than the history: not run at 720 h).
+// The rates do not depend on the history's length; --hours 720 is the issue's 30 days (not run).
+// --history-ratio runs phase 0 alone for 1 h and --hours H, --runs times (default 3), and prints
+// history.rate_ratio_<H>h_1h: it was 0.53 at 8 h while the outbox's id index was keyed by the id
+// alone (store format 7, issue 31; docs/BENCHMARKS.md "history").
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -365,10 +367,96 @@ double seconds_since(Steady::time_point t0) {
     return std::chrono::duration<double>(Steady::now() - t0).count();
 }
 
+// Phase 0's history: `hours` at o.rate messages/s from o.devices devices, ending now, written
+// straight into the log of c's data dir.
+void write_history(const config::Config& c, const core::Clock& clock, double hours,
+                   const Options& o) {
+    const auto history = static_cast<uint64_t>(hours * 3600.0 * static_cast<double>(o.rate));
+    firmware::Alarms alarms;
+    auto host = firmware::EngineHost::open(c, clock, alarms);
+    if (!host) die("open: " + host.error().message);
+    const auto t0 = Steady::now();
+    const int64_t start_ms = clock.wall_ms() - static_cast<int64_t>(hours * 3600.0 * 1000.0);
+    std::string topic, payload;
+    for (uint64_t i = 0; i < history; ++i) {
+        const int64_t ingest_ms = start_ms + static_cast<int64_t>(i * 1000 / o.rate);
+        topic = topic_of(i % o.devices);
+        payload_of(payload, ingest_ms, i);
+        auto ok = (*host)->log().append(log::RecordType::message, ingest_ms, topic, payload);
+        if (!ok) die("append: " + ok.error().message);
+    }
+    if (!(*host)->log().sync()) die("sync failed");
+    std::printf(
+        "history: %llu records (%.1f h at %llu/s, %llu devices), %.1f MiB of log, "
+        "written in %.1f s\n",
+        static_cast<unsigned long long>(history), hours, static_cast<unsigned long long>(o.rate),
+        static_cast<unsigned long long>(o.devices),
+        static_cast<double>((*host)->log().end_offset()) / (1 << 20), seconds_since(t0));
+    std::fflush(stdout);
+}
+
+// Pipeline A recovers over the history (with outbox writes, a Drain as the forwarder) and
+// checkpoints. Returns records/s.
+double run_history(const config::Config& c, const core::Clock& clock) {
+    firmware::Alarms alarms;
+    const auto t0 = Steady::now();
+    auto host = firmware::EngineHost::open(c, clock, alarms);
+    if (!host) die("open: " + host.error().message);
+    Drain drain((*host)->store());
+    auto recovered = (*host)->recover([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return true;
+    });
+    if (!recovered) die("recover: " + recovered.error().message);
+    if (auto ok = (*host)->checkpoint(); !ok) die("checkpoint: " + ok.error().message);
+    const double s = seconds_since(t0);
+    std::printf("pipeline A over the history: %llu records in %.1f s (with outbox writes)\n",
+                static_cast<unsigned long long>(*recovered), s);
+    std::fflush(stdout);
+    return static_cast<double>(*recovered) / s;
+}
+
+std::string make_temp_dir() {
+    char tmpl[] = "/var/tmp/tidemark-bench-backfill.XXXXXX";
+    if (!mkdtemp(tmpl)) die("cannot create a temp dir under /var/tmp");
+    return tmpl;
+}
+
+// --history-ratio: phase 0 only, 1 h and --hours H each in a fresh data dir, alternated
+// --runs times in one process (the machine's load moves both alike); the medians' ratio is
+// history.rate_ratio_<H>h_1h (issue 31: the rate must not fall with the history's length).
+int history_ratio(const Options& o, int runs) {
+    firmware::SystemClock clock;
+    std::vector<double> short_rates, long_rates;
+    for (int r = 0; r < runs; ++r) {
+        for (const double hours : {1.0, o.hours}) {
+            const std::string dir = make_temp_dir();
+            const config::Config c = parse(config_text(dir, false, o.share), dir);
+            write_history(c, clock, hours, o);
+            const double rate = run_history(c, clock);
+            std::filesystem::remove_all(dir);
+            (hours == 1.0 ? short_rates : long_rates).push_back(rate);
+            std::printf("run %d, %g h: %.0f records/s\n", r + 1, hours, rate);
+            std::fflush(stdout);
+        }
+    }
+    std::sort(short_rates.begin(), short_rates.end());
+    std::sort(long_rates.begin(), long_rates.end());
+    const double short_rate = short_rates[short_rates.size() / 2];
+    const double long_rate = long_rates[long_rates.size() / 2];
+    std::printf("history.records_per_s_1h: %.0f records/s (median of %d)\n", short_rate, runs);
+    std::printf("history.records_per_s_%gh: %.0f records/s (median of %d)\n", o.hours, long_rate,
+                runs);
+    std::printf("history.rate_ratio_%gh_1h: %.3f\n", o.hours, long_rate / short_rate);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     Options o;
+    bool ratio = false;
+    int runs = 3;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         const bool has = i + 1 < argc;
@@ -386,62 +474,28 @@ int main(int argc, char** argv) {
             o.after_s = std::strtod(argv[++i], nullptr);
         else if (a == "--share" && has)
             o.share = std::strtod(argv[++i], nullptr);
+        else if (a == "--history-ratio")
+            ratio = true;
+        else if (a == "--runs" && has)
+            runs = std::atoi(argv[++i]);
         else
             die("usage: bench_backfill [--hours H] [--rate MSGS_PER_S] [--devices D] "
-                "[--live-rate MSGS_PER_S] [--baseline-s S] [--after-s S] [--share F]");
+                "[--live-rate MSGS_PER_S] [--baseline-s S] [--after-s S] [--share F] "
+                "[--history-ratio [--runs N]]");
     }
     if (o.hours <= 0 || o.rate == 0 || o.devices == 0 || o.live_rate == 0 || o.baseline_s <= 0 ||
         o.after_s < 0 || o.share <= 0 || o.share > 1)
         die("every figure must be positive (--share at most 1)");
+    if (ratio) return runs > 0 ? history_ratio(o, runs) : (die("--runs must be positive"), 1);
 
-    char tmpl[] = "/var/tmp/tidemark-bench-backfill.XXXXXX";
-    if (!mkdtemp(tmpl)) die("cannot create a temp dir under /var/tmp");
-    const std::string dir = tmpl;
+    const std::string dir = make_temp_dir();
     const config::Config config_a = parse(config_text(dir, false, o.share), dir);
     const config::Config config_ab = parse(config_text(dir, true, o.share), dir);
     firmware::SystemClock clock;
 
     // 0. History, and pipeline A over it.
-    const auto history = static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate));
-    {
-        firmware::Alarms alarms;
-        auto host = firmware::EngineHost::open(config_a, clock, alarms);
-        if (!host) die("open: " + host.error().message);
-        const auto t0 = Steady::now();
-        const int64_t start_ms = clock.wall_ms() - static_cast<int64_t>(o.hours * 3600.0 * 1000.0);
-        std::string topic, payload;
-        for (uint64_t i = 0; i < history; ++i) {
-            const int64_t ingest_ms = start_ms + static_cast<int64_t>(i * 1000 / o.rate);
-            topic = topic_of(i % o.devices);
-            payload_of(payload, ingest_ms, i);
-            auto ok = (*host)->log().append(log::RecordType::message, ingest_ms, topic, payload);
-            if (!ok) die("append: " + ok.error().message);
-        }
-        if (!(*host)->log().sync()) die("sync failed");
-        std::printf(
-            "history: %llu records (%.1f h at %llu/s, %llu devices), %.1f MiB of log, "
-            "written in %.1f s\n",
-            static_cast<unsigned long long>(history), o.hours,
-            static_cast<unsigned long long>(o.rate), static_cast<unsigned long long>(o.devices),
-            static_cast<double>((*host)->log().end_offset()) / (1 << 20), seconds_since(t0));
-        std::fflush(stdout);
-    }
-    {
-        firmware::Alarms alarms;
-        const auto t0 = Steady::now();
-        auto host = firmware::EngineHost::open(config_a, clock, alarms);
-        if (!host) die("open: " + host.error().message);
-        Drain drain((*host)->store());
-        auto recovered = (*host)->recover([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            return true;
-        });
-        if (!recovered) die("recover: " + recovered.error().message);
-        if (auto ok = (*host)->checkpoint(); !ok) die("checkpoint: " + ok.error().message);
-        std::printf("pipeline A over the history: %llu records in %.1f s (with outbox writes)\n",
-                    static_cast<unsigned long long>(*recovered), seconds_since(t0));
-        std::fflush(stdout);
-    }
+    write_history(config_a, clock, o.hours, o);
+    run_history(config_a, clock);
 
     // 1. Baseline: live ingest, no backfill.
     LiveRun baseline;
@@ -507,7 +561,8 @@ int main(int argc, char** argv) {
     const double wall_rate = static_cast<double>(during.backfill_records) / during.backfill_wall_s;
 
     std::printf("backfill.history_records: %llu records\n",
-                static_cast<unsigned long long>(history));
+                static_cast<unsigned long long>(
+                    static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate))));
     std::printf("backfill.records_per_s: %.0f records/s\n", wall_rate);
     std::printf("backfill.busy_records_per_s: %.0f records/s\n", during.busy_records_per_s);
     std::printf("backfill.replay_records_per_s: %.0f records/s\n", replay_rate);

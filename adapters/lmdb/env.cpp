@@ -386,6 +386,25 @@ StoreResult<void> upgrade_id_index(Store::Impl& impl, MDB_txn* txn) {
     return impl.put_u64(txn, meta_outbox_ids_older_below, 0, "upgrading the id index");
 }
 
+// Up to format 7 the id index was keyed by the id alone; format 8 keys it by window end and id
+// (row_codec.h id_key, issue 31). The ids a store holds are kept as they are: rewriting them
+// would need each row's window, and a row already sent is gone. The generations holding any are
+// marked, and looked up by the id alone too until prune_ids drops them (two checkpoints).
+StoreResult<void> upgrade_id_keys(Store::Impl& impl, MDB_txn* txn) {
+    const std::string_view what = "upgrading the id index keys";
+    auto version = impl.get_u64(txn, meta_format_version, what);
+    if (!version) return std::unexpected(version.error());
+    if (*version >= 8) return {};
+    uint64_t slots = 0;
+    for (uint64_t s = 0; s < 2; ++s) {
+        MDB_stat st;
+        if (int rc = mdb_stat(txn, impl.ids[s], &st); rc != 0)
+            return std::unexpected(impl.error(rc, what));
+        if (st.ms_entries > 0) slots |= uint64_t{1} << s;
+    }
+    return impl.put_u64(txn, meta_outbox_ids_legacy_slots, slots, what);
+}
+
 // Up to format 6 the compaction index was keyed by (pipeline, key, window) without the version,
 // so one version's row could replace another's (issue 24). Emptied, it starts again per
 // version: the rows it indexed stay and are sent; only their compaction is given up.
@@ -434,6 +453,7 @@ StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh) 
         if (auto o = open_dbs(txn, MDB_CREATE); !o) return o;
         if (!fresh) {
             if (auto u = upgrade_id_index(impl, txn); !u) return u;
+            if (auto u = upgrade_id_keys(impl, txn); !u) return u;  // after: it empties one
             if (auto u = upgrade_window_index(impl, txn); !u) return u;
         }
         // An older store is read as it is and from now on written in this version's format

@@ -88,17 +88,26 @@ struct IdGenerations {
     MDB_dbi current = 0, older = 0;
     uint64_t slot = 0;  // meta_outbox_ids_current: which of impl.ids is current
     uint64_t older_below = 0;
+    uint64_t legacy_slots = 0;  // meta_outbox_ids_legacy_slots: bit s, impl.ids[s]
+    bool legacy(bool current_one) const {
+        const uint64_t s = current_one ? slot : 1 - slot;
+        return (legacy_slots >> s & 1) != 0;
+    }
 };
 
 StoreResult<IdGenerations> load_id_generations(Store::Impl& impl, MDB_txn* txn) {
     IdGenerations g;
-    auto read = impl.get_u64s(
-        txn, {{meta_outbox_ids_current, &g.slot}, {meta_outbox_ids_older_below, &g.older_below}},
-        "reading the id generations");
+    auto read = impl.get_u64s(txn,
+                              {{meta_outbox_ids_current, &g.slot},
+                               {meta_outbox_ids_older_below, &g.older_below},
+                               {meta_outbox_ids_legacy_slots, &g.legacy_slots}},
+                              "reading the id generations");
     if (!read) return std::unexpected(read.error());
-    if (g.slot > 1)
+    if (g.slot > 1 || g.legacy_slots > 3)
         return std::unexpected(StoreError{errc::corrupt, "LMDB store " + impl.dir +
-                                                             ": outbox_ids_current is garbled. "
+                                                             ": outbox_ids_current or "
+                                                             "outbox_ids_legacy_slots is "
+                                                             "garbled. "
                                                              "Move the directory aside"});
     g.current = impl.ids[g.slot];
     g.older = impl.ids[1 - g.slot];
@@ -174,12 +183,18 @@ StoreResult<void> replace_health_row(AppendBatch& b, std::string_view wkey) {
 // it supersedes, the row itself and its window's latest seq.
 StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
     Store::Impl& impl = b.impl;
-    const std::string id_key = u64_key(row.id);
+    const std::string key = id_key(row);
     const MDB_dbi generations[] = {b.ids.current, b.ids.older};
     const size_t looked_in = b.ids.older_below == 0 ? 1 : 2;  // 0: the older one is empty
     for (size_t i = 0; i < looked_in; ++i) {
-        auto seen = impl.get(b.txn, generations[i], id_key, append_what);
+        auto seen = impl.get(b.txn, generations[i], key, append_what);
         if (!seen) return std::unexpected(seen.error());
+        // Until prune_ids drops a generation an upgrade found ids in, they are found by the id
+        // alone, as format 7 keyed them.
+        if (!*seen && b.ids.legacy(i == 0)) {
+            seen = impl.get(b.txn, generations[i], u64_key(row.id), append_what);
+            if (!seen) return std::unexpected(seen.error());
+        }
         if (*seen) {
             ++b.result.duplicates_skipped;
             return {};
@@ -189,7 +204,7 @@ StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
     const std::string seq_key = u64_key(seq);
     // The id stays known even if the row is compacted or dropped: a regenerated emission after
     // a crash is recognised either way.
-    if (auto p = impl.put(b.txn, b.ids.current, id_key, seq_key, MDB_NOOVERWRITE, append_what); !p)
+    if (auto p = impl.put(b.txn, b.ids.current, key, seq_key, MDB_NOOVERWRITE, append_what); !p)
         return p;
     const auto wkey = window_key(row);
     if (row.health_record) {
@@ -479,6 +494,7 @@ StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
             if (current.ms_entries == 0 && older.ms_entries == 0) break;
             if (int rc = mdb_drop(txn, g->older, 0); rc != 0)
                 return std::unexpected(impl_->error(rc, what));
+            g->legacy_slots &= ~(uint64_t{1} << (1 - g->slot));  // no format 7 ids left in it
             dropped += older.ms_entries;
             g->slot = 1 - g->slot;
             std::swap(g->current, g->older);
@@ -487,6 +503,8 @@ StoreResult<size_t> Store::prune_ids(uint64_t below_seq) {
         if (auto p = impl_->put_u64(txn, meta_outbox_ids_current, g->slot, what); !p)
             return std::unexpected(p.error());
         if (auto p = impl_->put_u64(txn, meta_outbox_ids_older_below, g->older_below, what); !p)
+            return std::unexpected(p.error());
+        if (auto p = impl_->put_u64(txn, meta_outbox_ids_legacy_slots, g->legacy_slots, what); !p)
             return std::unexpected(p.error());
         return dropped;
     });

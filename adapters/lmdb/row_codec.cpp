@@ -121,6 +121,14 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
     return in.empty();
 }
 
+std::string id_key(const OutboxRow& row) {
+    std::string k;
+    k.reserve(16);
+    bytes::put_i64_sortable(k, row.window_end_ms);
+    k += u64_key(row.id);
+    return k;
+}
+
 std::optional<std::string> window_key(const OutboxRow& row) {
     if (row.version_record) return std::nullopt;  // never compacted: each switch is told
     if (row.health_record) return std::string(health_window_key);

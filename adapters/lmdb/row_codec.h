@@ -34,6 +34,13 @@ std::string u64_value(uint64_t v);
 std::string encode_outbox_row(const OutboxRow& row);
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 
+/// A row's key in the id index (format 8): its window's end (sortable), then its id. Emissions
+/// come out in about window-end order, so a batch's ids land on a few neighbouring pages; keyed
+/// by the id alone (a hash, up to format 7) each one dirtied its own page of a tree that grows
+/// with every row until a checkpoint prunes it (issue 31). The id is a hash of the window among
+/// the rest, so one id has one window end and one key.
+std::string id_key(const OutboxRow& row);
+
 /// The compaction index key of a row: pipeline, version, key, window; for a health row one key
 /// of its own (every health row shares it). nullopt for a version record and when it would
 /// exceed LMDB's key limit (such a row is never compacted).

@@ -27,18 +27,18 @@ class CheckpointTxn;
 ///
 /// Operation: one LMDB environment (a directory: data.mdb + lock.mdb) with the named databases
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
-/// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` and `outbox_id_seqs` (id -> seq,
-/// the unique index in two generations, so that prune_ids drops a whole tree), `outbox_windows`
-/// (pipeline+version+key+window -> latest seq, for compaction, and one key for the health row;
-/// the entries of deleted rows are swept
-/// by later deletes, a few consecutive pages per commit) and `side` (seq -> pipeline, key, record;
-/// meta keeps the high-water log position of the side records, for their dedupe). Every write is
-/// one transaction committed with a full fsync: power loss costs at most the writes not yet
-/// returned, never integrity. A failed write leaves nothing behind (the txn is aborted), except
-/// that the deletes (outbox_delete, side_delete) split themselves into several
-/// transactions when the map is full: a failure may then leave part of them done.
-/// open() checks an existing store read-only before anything is written to it: a damaged store or
-/// one of an unknown format version is refused and left byte for byte as it was.
+/// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` and `outbox_id_seqs` ((window
+/// end, id) -> seq, the unique index in two generations, so that prune_ids drops a whole tree),
+/// `outbox_windows` (pipeline+version+key+window -> latest seq, for compaction, and one key for
+/// the health row; the entries of deleted rows are swept by later deletes, a few consecutive pages
+/// per commit) and `side` (seq -> pipeline, key, record; meta keeps the high-water log position of
+/// the side records, for their dedupe). Every write is one transaction committed with a full
+/// fsync: power loss costs at most the writes not yet returned, never integrity. A failed write
+/// leaves nothing behind (the txn is aborted), except that the deletes (outbox_delete,
+/// side_delete) split themselves into several transactions when the map is full: a failure may
+/// then leave part of them done. open() checks an existing store read-only before anything is
+/// written to it: a damaged store or one of an unknown format version is refused and left byte
+/// for byte as it was.
 ///
 /// Concurrency: all methods may be called from any thread. LMDB serialises write transactions;
 /// reads (for_each_state, stats, side_peek) never block or are blocked by writes. outbox_peek is
@@ -87,8 +87,11 @@ class Store {
     // (open() empties an older index: its rows are then sent uncompacted, never wrongly).
     // 8: outbox rows may be health records (health.upstream), compacted to the latest one, or
     // too-late tallies (late.report), and state may hold a pipeline's tally record ('L'): a
-    // build of format 7 would take them for damage, so it refuses the store instead. open()
-    // writes this version into an older store it opens writable.
+    // build of format 7 would take them for damage, so it refuses the store instead. And the id
+    // index is keyed by (window end, id) (issue 31: keyed by the id, a hash, its inserts dirtied
+    // a page each); an older store's ids stay as they are and are looked up by the id too until
+    // prune_ids drops their generation. open() writes this version into an older store it opens
+    // writable.
     static constexpr uint64_t format_version = 8;
     static constexpr size_t max_key_bytes = 511;  // LMDB's compiled-in MDB_MAXKEYSIZE
 

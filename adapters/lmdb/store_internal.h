@@ -46,6 +46,10 @@ inline constexpr std::string_view meta_outbox_compacted = "outbox_compacted";
 // when the other one stopped taking them (every id in it has a lower seq; 0: it is empty).
 inline constexpr std::string_view meta_outbox_ids_current = "outbox_ids_current";
 inline constexpr std::string_view meta_outbox_ids_older_below = "outbox_ids_older_below";
+// Which id generations (bit 0: outbox_ids, bit 1: outbox_id_seqs) may still hold ids keyed as
+// up to format 7 (the 8-byte id alone; format 8 keys by window end and id, row_codec.h id_key):
+// set by the upgrade, a bit cleared when prune_ids drops that generation. Missing: none.
+inline constexpr std::string_view meta_outbox_ids_legacy_slots = "outbox_ids_legacy_slots";
 inline constexpr std::string_view meta_side_seq_next = "side_seq_next";
 inline constexpr std::string_view meta_side_bytes = "side_bytes";
 inline constexpr std::string_view meta_side_dropped = "side_dropped";

@@ -28,6 +28,21 @@ inline void raw_put(const std::string& dir, const char* db, const std::string& k
     mdb_env_close(env);
 }
 
+/// Empties one named database of the store in dir (closed first).
+inline void raw_clear(const std::string& dir, const char* db) {
+    MDB_env* env;
+    REQUIRE(mdb_env_create(&env) == 0);
+    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
+    REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0640) == 0);
+    MDB_txn* txn;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
+    REQUIRE(mdb_drop(txn, dbi, 0) == 0);
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+}
+
 /// A read-only transaction on one named database of the store in dir (closed first).
 class RawRead {
   public:

@@ -15,6 +15,7 @@ using namespace tidemark::lmdb;
 using tidemark::core::EmissionKind;
 using tidemark::lmdb::test::be64;
 using tidemark::lmdb::test::le64;
+using tidemark::lmdb::test::raw_clear;
 using tidemark::lmdb::test::raw_entries;
 using tidemark::lmdb::test::raw_get;
 using tidemark::lmdb::test::raw_put;
@@ -281,6 +282,63 @@ TEST_CASE("a format 5 store's id index (ids, and seq -> id) becomes two id gener
     CHECK(s->prune_ids(seq_next).value() == 0);
     CHECK(s->prune_ids(s->outbox_stats().value().seq_next).value() == 4);
     CHECK(s->outbox_append(std::span<const OutboxRow>(&again, 1)).value().appended == 1);
+}
+
+TEST_CASE("a format 7 store's ids (keyed by the id alone) are known until their generation goes",
+          "[lmdb][outbox]") {
+    // Format 8 keys the id index by (window end, id). The ids an older store holds are not
+    // rewritten (a sent row is gone, and with it its window): they are looked up by the id alone
+    // until prune_ids drops the generation holding them.
+    TempDir tmp;
+    std::vector<OutboxRow> rows(2);
+    for (uint64_t i = 0; i < rows.size(); ++i) {
+        rows[i].id = 100 + i;
+        rows[i].pipeline = "p";
+        rows[i].key = "k";
+        rows[i].window_end_ms = 60'000 * static_cast<int64_t>(i + 1);
+        rows[i].payload = "{}";
+    }
+    std::vector<uint64_t> seqs;
+    {
+        auto s = open_store(tmp.store());
+        REQUIRE(s->outbox_append(rows));
+        const std::vector<OutboxRow> stored = s->outbox_peek(0, 10).value();
+        for (const OutboxRow& r : stored)
+            seqs.push_back(r.seq);
+    }
+    REQUIRE(seqs.size() == 2);
+    // Format 8's bytes: the window end (sortable: sign bit flipped), then the id, big-endian.
+    CHECK(raw_get(tmp.store(), "outbox_ids", be64((uint64_t{1} << 63) + 120'000) + be64(101)) ==
+          be64(seqs[1]));
+    // As format 7 stored them.
+    raw_clear(tmp.store(), "outbox_ids");
+    for (size_t i = 0; i < seqs.size(); ++i)
+        raw_put(tmp.store(), "outbox_ids", be64(100 + i), be64(seqs[i]));
+    raw_put(tmp.store(), "meta", "format_version", le64(7));
+
+    auto s = open_store(tmp.store());
+    CHECK(raw_get(tmp.store(), "meta", "format_version") == le64(Store::format_version));
+    CHECK(raw_get(tmp.store(), "meta", "outbox_ids_legacy_slots") == le64(1));
+    const auto append_one = [&](const OutboxRow& r) {
+        return s->outbox_append(std::span<const OutboxRow>(&r, 1)).value();
+    };
+    // A regenerated emission of before the upgrade is still known...
+    CHECK(append_one(rows[1]).duplicates_skipped == 1);
+    // ... and a new one is known in the new layout.
+    OutboxRow fresh = rows[0];
+    fresh.id = 102;
+    fresh.window_end_ms = 180'000;
+    CHECK(append_one(fresh).appended == 1);
+    CHECK(append_one(fresh).duplicates_skipped == 1);
+    // A prune that does not cover them keeps them; one that does forgets every one.
+    CHECK(s->prune_ids(seqs[0]).value() == 0);
+    CHECK(append_one(rows[0]).duplicates_skipped == 1);
+    const uint64_t seq_next = s->outbox_stats().value().seq_next;
+    CHECK(s->prune_ids(seq_next).value() == 3);
+    s.reset();
+    CHECK(raw_get(tmp.store(), "meta", "outbox_ids_legacy_slots") == le64(0));
+    s = open_store(tmp.store());
+    CHECK(append_one(rows[1]).appended == 1);
 }
 
 TEST_CASE("a format 6 store's compaction index (without versions) is emptied, its rows kept",
