@@ -639,6 +639,8 @@ TEST_CASE("a list of addresses: past a dead first node, then the next node takes
     forwarder->notify();
     REQUIRE(eventually([&] { return forwarder->stats().acks >= rows_before + 100; }, 30s));
     a.kill();  // mid-stream: rows in flight on a lost link go again, to node 2
+    // What node 1 acknowledged: the link to node 2 is not up microseconds after the kill.
+    const uint64_t acked_by_a = forwarder->stats().acks;
     REQUIRE(eventually([&] { return outbox.size() == 0; }, 30s));
     const auto stats = forwarder->stats();
     CHECK(stats.node == b.uri());
@@ -650,12 +652,18 @@ TEST_CASE("a list of addresses: past a dead first node, then the next node takes
     for (const auto& m : sub_b.wait_for(rows_total, 3s))  // all that is on its way
         received.push_back(m);
     const auto distinct = distinct_payloads(received);
-    int missing = 0;
-    for (int i = 0; i < rows_total; ++i)
-        missing += distinct.contains(row_payload(i)) ? 0 : 1;
-    // Only what the killed broker acknowledged and had not passed on yet may be missing: at
-    // most the forwarder's window (max_inflight 20); everything else reached one node or the
-    // other.
-    INFO("rows the killed node had acknowledged but not passed on: " << missing);
-    CHECK(missing <= 20);
+    int missing = 0, missing_past_acked = 0;
+    for (int i = 0; i < rows_total; ++i) {
+        if (distinct.contains(row_payload(i))) continue;
+        ++missing;
+        if (static_cast<uint64_t>(i) >= acked_by_a + 20) ++missing_past_acked;
+    }
+    // Only what the killed broker acknowledged and had not passed on yet may be missing (a
+    // SIGKILLed mosquitto loses its queue to the subscriber, which under load held 64 rows,
+    // more than the forwarder's window): rows are sent in order and acknowledged within the
+    // window (max_inflight 20), so every missing one is below acked_by_a + 20; everything after
+    // reached node 2.
+    INFO("rows the killed node had acknowledged but not passed on: " << missing << " (of the first "
+                                                                     << acked_by_a << " rows)");
+    CHECK(missing_past_acked == 0);
 }

@@ -410,13 +410,14 @@ TEST_CASE("too-late tallies: the highest count stays, a window's tallies add up"
             s + ".late_windows WHERE node = 'gw-2'") == "1764400000000 1764400100000");
 }
 
-TEST_CASE("a schema at version 1 gets the too-late table on open, its rows kept",
+TEST_CASE("a schema at version 1 gets the health and too-late tables on open, its rows kept",
           "[postgres][sink]") {
     const std::string s = fresh_schema();
-    // A schema as a version 1 sink left it: made by this one, version 2 taken back out.
+    // A schema as a version 1 sink left it: made by this one, versions 2 and 3 taken back out.
     open_store(s).reset();
     server().query("DROP VIEW " + s + ".late_window_totals; DROP TABLE " + s +
-                   ".late_windows; DELETE FROM " + s + ".schema_version WHERE version >= 2");
+                   ".late_windows; DROP TABLE " + s + ".health; DELETE FROM " + s +
+                   ".schema_version WHERE version >= 2");
     server().query("INSERT INTO " + s + ".sink_offsets VALUES ('old', 'spool', 7, now())");
     REQUIRE(q("SELECT max(version) FROM " + s + ".schema_version") == "1");
     auto store = open_store(s);
