@@ -65,6 +65,13 @@ TEST_CASE("tidemark status shows a running gateway's retained health, then its g
             return p.value("events_in", 0) == 5 && p.value("too_late", 0) == 1;
         },
         std::chrono::seconds(30), "five events, one too late");
+    // The window that lost the event, in the health record as the broker holds it (issue 29).
+    const nlohmann::json& windows = health["pipelines"]["count_10s"]["too_late_windows"];
+    REQUIRE(windows.size() == 1);
+    CHECK(windows[0]["start_ms"] == t0);
+    CHECK(windows[0]["end_ms"] == t0 + 10'000);
+    CHECK(windows[0]["too_late"] == 1);
+    CHECK(health["pipelines"]["count_1m"]["too_late_windows"].empty());
 
     const std::string uri = rig.gateway.uri();
     const nlohmann::json doc = parse_json(run_tidemark({"status", "--broker", uri, "--json"}));
