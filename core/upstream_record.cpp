@@ -5,13 +5,23 @@
 
 namespace tidemark::core {
 
+namespace {
+
+// -1, 0 or 1 as `left` sorts before, with or after `right` (tuples of the same fields).
+template <class Tuple>
+int three_way(const Tuple& left, const Tuple& right) {
+    if (left < right) return -1;
+    return right < left ? 1 : 0;
+}
+
+}  // namespace
+
 int compare_window(const ReceivedResult& a, const ReceivedResult& b) {
     const auto left =
         std::tie(a.node, a.pipeline, a.version, a.key, a.window_start_ms, a.window_end_ms);
     const auto right =
         std::tie(b.node, b.pipeline, b.version, b.key, b.window_start_ms, b.window_end_ms);
-    if (left < right) return -1;
-    return right < left ? 1 : 0;
+    return three_way(left, right);
 }
 
 int compare_tally(const ReceivedLate& a, const ReceivedLate& b) {
@@ -19,8 +29,7 @@ int compare_tally(const ReceivedLate& a, const ReceivedLate& b) {
         std::tie(a.node, a.pipeline, a.version, a.window_start_ms, a.window_end_ms, a.since_ms);
     const auto right =
         std::tie(b.node, b.pipeline, b.version, b.window_start_ms, b.window_end_ms, b.since_ms);
-    if (left < right) return -1;
-    return right < left ? 1 : 0;
+    return three_way(left, right);
 }
 
 bool outranks(const ReceivedResult& a, const ReceivedResult& b) {

@@ -38,8 +38,8 @@ struct WriterStats {
     uint64_t side_rows = 0;
     uint64_t health_rows = 0;   ///< gateways' health rows inserted or replaced by a newer record
     uint64_t health_older = 0;  ///< health records no newer than the row the table had
-    uint64_t late_rows = 0;   // too-late tallies inserted or raised
-    uint64_t late_older = 0;  // tallies refused: not a higher count
+    uint64_t late_rows = 0;     // too-late tallies inserted or raised
+    uint64_t late_older = 0;    // tallies refused: not a higher count
     uint64_t versions_changed = 0, versions_older = 0, versions_removed = 0, views_updated = 0;
     uint64_t records_committed = 0;  ///< spooled messages committed, of every kind
     uint64_t commits = 0;

@@ -106,7 +106,7 @@ TEST_CASE("status prints aligned tables in round units, without JSON") {
     INFO(text);
     CHECK(text.find('{') == std::string::npos);
     CHECK(text.find("\":") == std::string::npos);  // no JSON key (the alarm quotes libpq)
-    CHECK(text.find('\t') == std::string::npos);  // the alarm's tab is gone
+    CHECK(text.find('\t') == std::string::npos);   // the alarm's tab is gone
     CHECK(text.find("2 gateways, 1 sink") != std::string::npos);
     CHECK(text.find("postgres_down: cannot connect to PostgreSQL") != std::string::npos);
     CHECK(text.find("from two records; this is one") != std::string::npos);

@@ -11,8 +11,10 @@
 
 namespace tidemark::lmdb::test {
 
-inline void raw_put(const std::string& dir, const char* db, const std::string& key,
-                    const std::string& value) {
+// Opens the store in dir (closed first), runs `body` in one write transaction on the named
+// database `db` (opened with `open_flags`) and commits.
+template <class Body>
+void raw_write(const std::string& dir, const char* db, unsigned open_flags, Body body) {
     MDB_env* env;
     REQUIRE(mdb_env_create(&env) == 0);
     REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
@@ -20,27 +22,24 @@ inline void raw_put(const std::string& dir, const char* db, const std::string& k
     MDB_txn* txn;
     REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
     MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, MDB_CREATE, &dbi) == 0);
-    MDB_val k{key.size(), const_cast<char*>(key.data())};
-    MDB_val v{value.size(), const_cast<char*>(value.data())};
-    REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
+    REQUIRE(mdb_dbi_open(txn, db, open_flags, &dbi) == 0);
+    body(txn, dbi);
     REQUIRE(mdb_txn_commit(txn) == 0);
     mdb_env_close(env);
 }
 
+inline void raw_put(const std::string& dir, const char* db, const std::string& key,
+                    const std::string& value) {
+    raw_write(dir, db, MDB_CREATE, [&](MDB_txn* txn, MDB_dbi dbi) {
+        MDB_val k{key.size(), const_cast<char*>(key.data())};
+        MDB_val v{value.size(), const_cast<char*>(value.data())};
+        REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == 0);
+    });
+}
+
 /// Empties one named database of the store in dir (closed first).
 inline void raw_clear(const std::string& dir, const char* db) {
-    MDB_env* env;
-    REQUIRE(mdb_env_create(&env) == 0);
-    REQUIRE(mdb_env_set_maxdbs(env, 16) == 0);
-    REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0640) == 0);
-    MDB_txn* txn;
-    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-    MDB_dbi dbi;
-    REQUIRE(mdb_dbi_open(txn, db, 0, &dbi) == 0);
-    REQUIRE(mdb_drop(txn, dbi, 0) == 0);
-    REQUIRE(mdb_txn_commit(txn) == 0);
-    mdb_env_close(env);
+    raw_write(dir, db, 0, [](MDB_txn* txn, MDB_dbi dbi) { REQUIRE(mdb_drop(txn, dbi, 0) == 0); });
 }
 
 /// A read-only transaction on one named database of the store in dir (closed first).
