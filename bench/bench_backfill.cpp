@@ -37,10 +37,10 @@
 
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
-#include "firmware/alarms.h"
 #include "firmware/clock.h"
-#include "firmware/commands.h"
-#include "firmware/engine_host.h"
+#include "firmware/commands/commands.h"
+#include "firmware/service/alarms.h"
+#include "firmware/service/engine_host.h"
 
 namespace {
 

@@ -32,7 +32,7 @@
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
-#include "firmware/processor.h"
+#include "firmware/service/processor.h"
 
 namespace {
 

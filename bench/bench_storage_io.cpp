@@ -24,7 +24,7 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
 #include "firmware/clock.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/service_parts.h"
 
 using namespace tidemark;
 

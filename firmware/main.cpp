@@ -11,12 +11,12 @@
 #include "adapters/config/sink_config.h"
 #include "firmware/build_info.h"
 #include "firmware/clock.h"
-#include "firmware/commands.h"
 #include "firmware/commands/command_sink.h"
 #include "firmware/commands/command_status.h"
+#include "firmware/commands/commands.h"
 #include "firmware/crash_arm.h"
-#include "firmware/runtime.h"
-#include "firmware/version_plan.h"
+#include "firmware/service/runtime.h"
+#include "firmware/service/version_plan.h"
 
 namespace {
 

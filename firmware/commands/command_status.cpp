@@ -14,7 +14,7 @@
 #include "adapters/mqtt/retained_reader.h"
 #include "core/duration.h"
 #include "firmware/adapter_options.h"
-#include "firmware/status_view.h"
+#include "firmware/commands/command_status_view.h"
 
 namespace tidemark::firmware {
 namespace {

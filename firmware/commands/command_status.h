@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/clock.h"
-#include "firmware/runtime.h"
+#include "firmware/service/runtime.h"
 
 namespace tidemark::firmware {
 

@@ -7,8 +7,8 @@
 
 #include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
-#include "firmware/health_report.h"
 #include "firmware/notify.h"
+#include "firmware/service/health_report.h"
 #include "firmware/sink/sink_health.h"
 #include "firmware/sink/sink_options.h"
 

@@ -4,7 +4,7 @@
 #include "adapters/config/sink_config.h"
 #include "core/clock.h"
 #include "core/result.h"
-#include "firmware/runtime.h"
+#include "firmware/service/runtime.h"
 
 namespace tidemark::firmware::sink {
 

@@ -28,7 +28,7 @@
 #include "adapters/log/log_writer.h"
 #include "firmware/clock.h"
 #include "firmware/crash_arm.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/service_parts.h"
 #include "tests/crash/crash_stream.h"
 
 namespace {

@@ -15,9 +15,9 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "firmware/notify.h"
-#include "firmware/processor.h"
-#include "firmware/result_sinks.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/processor.h"
+#include "firmware/service/result_sinks.h"
+#include "firmware/service/service_parts.h"
 #include "tests/firmware/parts_support.h"
 #include "tests/support/broker.h"
 

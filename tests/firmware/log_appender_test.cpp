@@ -18,8 +18,8 @@
 #include "adapters/log/log_writer.h"
 #include "adapters/mqtt/ingest.h"
 #include "firmware/clock.h"
-#include "firmware/log_appender.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/log_appender.h"
+#include "firmware/service/service_parts.h"
 #include "tests/firmware/parts_support.h"
 #include "tests/support/broker.h"
 

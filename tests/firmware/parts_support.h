@@ -8,7 +8,7 @@
 
 #include "adapters/config/config.h"
 #include "firmware/clock.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/service_parts.h"
 
 namespace tidemark::test {
 

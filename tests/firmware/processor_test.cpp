@@ -1,7 +1,7 @@
 // The processor parses a record's payload once for all its pipelines (issue 31), gives each
 // pipeline exactly the results it gives alone, and keeps no large parser after a large payload
 // (issue 25, finding 5).
-#include "firmware/processor.h"
+#include "firmware/service/processor.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "adapters/config/config.h"
-#include "firmware/prometheus_text.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/prometheus_text.h"
+#include "firmware/service/service_parts.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"
 #include "tests/support/manual_clock.h"

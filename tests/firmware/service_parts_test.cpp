@@ -12,7 +12,7 @@
 #include "adapters/log/log_writer.h"
 #include "fault_io.h"
 #include "firmware/clock.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/service_parts.h"
 #include "tests/firmware/parts_support.h"
 #include "tests/support/broker.h"
 

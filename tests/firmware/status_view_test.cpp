@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "firmware/commands/command_status_view.h"
 #include "firmware/human_units.h"
-#include "firmware/status_view.h"
 
 using namespace tidemark::firmware;
 using nlohmann::json;

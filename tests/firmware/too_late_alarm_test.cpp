@@ -5,9 +5,9 @@
 #include <string>
 
 #include "adapters/config/config.h"
-#include "firmware/prometheus_text.h"
-#include "firmware/service_parts.h"
-#include "firmware/too_late_alarm.h"
+#include "firmware/service/prometheus_text.h"
+#include "firmware/service/service_parts.h"
+#include "firmware/service/too_late_alarm.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"
 #include "tests/support/manual_clock.h"

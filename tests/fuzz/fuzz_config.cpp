@@ -6,7 +6,7 @@
 
 #include "adapters/config/config.h"
 #include "adapters/log/record.h"
-#include "firmware/processor.h"
+#include "firmware/service/processor.h"
 #include "fuzz_input.h"
 
 namespace {

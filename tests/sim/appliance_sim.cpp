@@ -4,8 +4,8 @@
 // Operation. From a seed, a scenario (sim_generator.cpp, sim_families.cpp): devices and their
 // messages, the configs the gateway is reloaded or restarted with, and the events it lives
 // through. The simulation (sim_world.cpp, sim_faults.cpp) runs the REAL engine host
-// (firmware/engine_host.h: log, processor, versions, backfill, switch, checkpoint, reload) over
-// the REAL LMDB store and log in a temporary directory (under /dev/shm when there is one, so
+// (firmware/service/engine_host.h: log, processor, versions, backfill, switch, checkpoint, reload)
+// over the REAL LMDB store and log in a temporary directory (under /dev/shm when there is one, so
 // fsync is cheap), on a manual clock, tick by tick (sim_types.h tick_ms). Every seed runs in a
 // child process, so that an assertion of the code under test is a failure to report.
 //

@@ -6,7 +6,7 @@
 
 #include "core/engine.h"
 #include "fault_io.h"
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 #include "tests/sim/sim_config.h"
 #include "tests/sim/sim_world.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "adapters/config/config.h"
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 #include "tests/sim/sim_types.h"
 
 namespace tidemark::sim {

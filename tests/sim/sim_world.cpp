@@ -5,7 +5,7 @@
 #include <map>
 
 #include "adapters/log/log_reader.h"
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 #include "tests/sim/sim_config.h"
 
 namespace tidemark::sim {

@@ -1,5 +1,5 @@
-// The simulated gateway: the real engine host (firmware/engine_host.h) with the real LMDB store
-// and log in a temporary directory, a manual clock, the devices' messages through the
+// The simulated gateway: the real engine host (firmware/service/engine_host.h) with the real LMDB
+// store and log in a temporary directory, a manual clock, the devices' messages through the
 // redelivery filter into the log, the simulated upstream, and the scenario's events (reloads,
 // crashes and restarts, outages, injected faults). It records what happened for the checker
 // and reports, as they happen, the failures only the run can see (a checkpoint or a reload
@@ -14,9 +14,9 @@
 
 #include "adapters/config/config.h"
 #include "core/engine.h"
-#include "firmware/alarms.h"
-#include "firmware/engine_host.h"
-#include "firmware/processor.h"
+#include "firmware/service/alarms.h"
+#include "firmware/service/engine_host.h"
+#include "firmware/service/processor.h"
 #include "tests/sim/sim_types.h"
 #include "tests/sim/sim_upstream.h"
 #include "tests/sim/sim_versions.h"

@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "adapters/codec/record.h"
-#include "firmware/health_report.h"
-#include "firmware/versions.h"
+#include "firmware/service/health_report.h"
+#include "firmware/service/versions.h"
 
 using namespace tidemark;
 

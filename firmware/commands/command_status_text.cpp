@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "core/time_text.h"
+#include "firmware/commands/command_status_view.h"
 #include "firmware/human_units.h"
-#include "firmware/status_view.h"
 
 namespace tidemark::firmware {
 namespace {

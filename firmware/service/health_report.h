@@ -17,8 +17,8 @@
 #include "core/engine.h"
 #include "firmware/build_info.h"
 #include "firmware/clock.h"
-#include "firmware/engine_host.h"
-#include "firmware/processor.h"
+#include "firmware/service/engine_host.h"
+#include "firmware/service/processor.h"
 
 namespace tidemark::mqtt {
 class Ingest;

@@ -1,4 +1,4 @@
-#include "firmware/engine_host.h"
+#include "firmware/service/engine_host.h"
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "adapters/log/segment_files.h"
 #include "firmware/adapter_options.h"
-#include "firmware/log_appender.h"
+#include "firmware/service/log_appender.h"
 
 namespace tidemark::firmware {
 

@@ -1,4 +1,4 @@
-#include "firmware/runtime.h"
+#include "firmware/service/runtime.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
@@ -17,9 +17,9 @@
 #include "adapters/mqtt/ingest.h"
 #include "firmware/adapter_options.h"
 #include "firmware/dir_lock.h"
-#include "firmware/log_appender.h"
 #include "firmware/notify.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/log_appender.h"
+#include "firmware/service/service_parts.h"
 
 namespace tidemark::firmware {
 

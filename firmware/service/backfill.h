@@ -9,8 +9,8 @@
 #include "adapters/log/log_reader.h"
 #include "core/clock.h"
 #include "core/result.h"
-#include "firmware/processor.h"
-#include "firmware/result_sinks.h"
+#include "firmware/service/processor.h"
+#include "firmware/service/result_sinks.h"
 
 namespace tidemark::firmware {
 

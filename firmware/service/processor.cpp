@@ -1,4 +1,4 @@
-#include "firmware/processor.h"
+#include "firmware/service/processor.h"
 
 #include "adapters/codec/decoder.h"
 #include "adapters/codec/topic.h"

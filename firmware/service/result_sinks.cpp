@@ -1,4 +1,4 @@
-#include "firmware/result_sinks.h"
+#include "firmware/service/result_sinks.h"
 
 #include <algorithm>
 #include <cstdint>

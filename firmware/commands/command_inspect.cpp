@@ -13,12 +13,12 @@
 #include "core/duration.h"
 #include "core/emission.h"
 #include "core/time_text.h"
-#include "firmware/commands.h"
+#include "firmware/commands/commands.h"
 #include "firmware/dir_lock.h"
-#include "firmware/health_report.h"
-#include "firmware/processor.h"
-#include "firmware/version_plan.h"
-#include "firmware/versions.h"
+#include "firmware/service/health_report.h"
+#include "firmware/service/processor.h"
+#include "firmware/service/version_plan.h"
+#include "firmware/service/versions.h"
 
 namespace tidemark::firmware {
 

@@ -12,7 +12,7 @@
 #include "adapters/config/config.h"
 #include "core/clock.h"
 #include "core/result.h"
-#include "firmware/engine_host.h"
+#include "firmware/service/engine_host.h"
 
 namespace tidemark::mqtt {
 class Ingest;

@@ -11,7 +11,7 @@
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/mqtt/forwarder.h"
-#include "firmware/processor.h"
+#include "firmware/service/processor.h"
 
 namespace tidemark::firmware {
 

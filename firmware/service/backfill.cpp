@@ -1,8 +1,8 @@
-#include "firmware/backfill.h"
+#include "firmware/service/backfill.h"
 
 #include <algorithm>
 
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 
 namespace tidemark::firmware {
 

@@ -8,7 +8,7 @@
 
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 
 namespace tidemark::firmware {
 

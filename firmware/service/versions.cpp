@@ -1,4 +1,4 @@
-#include "firmware/versions.h"
+#include "firmware/service/versions.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

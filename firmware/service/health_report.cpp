@@ -1,4 +1,4 @@
-#include "firmware/health_report.h"
+#include "firmware/service/health_report.h"
 
 #include <algorithm>
 #include <fstream>

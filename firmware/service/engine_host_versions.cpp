@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 
-#include "firmware/engine_host.h"
+#include "firmware/service/engine_host.h"
 
 namespace tidemark::firmware {
 

@@ -1,4 +1,4 @@
-#include "firmware/version_plan.h"
+#include "firmware/service/version_plan.h"
 
 #include <algorithm>
 

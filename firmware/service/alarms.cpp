@@ -1,4 +1,4 @@
-#include "firmware/alarms.h"
+#include "firmware/service/alarms.h"
 
 #include <spdlog/spdlog.h>
 #include <cerrno>

@@ -12,8 +12,8 @@
 #include "core/duration.h"
 #include "core/quantile.h"
 #include "firmware/adapter_options.h"
-#include "firmware/advise.h"
-#include "firmware/commands.h"
+#include "firmware/commands/command_advise.h"
+#include "firmware/commands/commands.h"
 #include "firmware/human_units.h"
 
 namespace tidemark::firmware {

@@ -1,5 +1,5 @@
 // The health record as Prometheus text: a table from the record's fields to metric names.
-#include "firmware/prometheus_text.h"
+#include "firmware/service/prometheus_text.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "firmware/status_view.h"
+#include "firmware/commands/command_status_view.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "firmware/upstream_health.h"
+#include "firmware/service/upstream_health.h"
 
 #include <spdlog/spdlog.h>
 

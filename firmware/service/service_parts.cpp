@@ -1,4 +1,4 @@
-#include "firmware/service_parts.h"
+#include "firmware/service/service_parts.h"
 
 #include <spdlog/spdlog.h>
 #include <atomic>
@@ -12,15 +12,15 @@
 #include "adapters/mqtt/health.h"
 #include "adapters/mqtt/ingest.h"
 #include "firmware/adapter_options.h"
-#include "firmware/alarms.h"
 #include "firmware/build_info.h"
 #include "firmware/clock.h"
-#include "firmware/health_report.h"
 #include "firmware/notify.h"
-#include "firmware/prometheus_text.h"
-#include "firmware/result_sinks.h"
-#include "firmware/too_late_alarm.h"
-#include "firmware/upstream_health.h"
+#include "firmware/service/alarms.h"
+#include "firmware/service/health_report.h"
+#include "firmware/service/prometheus_text.h"
+#include "firmware/service/result_sinks.h"
+#include "firmware/service/too_late_alarm.h"
+#include "firmware/service/upstream_health.h"
 
 namespace tidemark::firmware {
 

@@ -1,4 +1,4 @@
-#include "firmware/log_appender.h"
+#include "firmware/service/log_appender.h"
 
 #include <chrono>
 #include <string>
@@ -6,8 +6,8 @@
 #include "adapters/log/log_writer.h"
 #include "adapters/log/record.h"
 #include "adapters/mqtt/redelivery_filter.h"
-#include "firmware/processor.h"
-#include "firmware/service_parts.h"
+#include "firmware/service/processor.h"
+#include "firmware/service/service_parts.h"
 
 namespace tidemark::firmware {
 

@@ -8,8 +8,8 @@
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
 #include "core/time_text.h"
-#include "firmware/commands.h"
-#include "firmware/processor.h"
+#include "firmware/commands/commands.h"
+#include "firmware/service/processor.h"
 
 namespace tidemark::firmware {
 

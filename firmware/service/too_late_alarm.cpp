@@ -1,4 +1,4 @@
-#include "firmware/too_late_alarm.h"
+#include "firmware/service/too_late_alarm.h"
 
 #include <algorithm>
 #include <cmath>

@@ -16,11 +16,11 @@
 #include "adapters/mqtt/redelivery_filter.h"
 #include "core/clock.h"
 #include "core/result.h"
-#include "firmware/alarms.h"
-#include "firmware/backfill.h"
-#include "firmware/processor.h"
-#include "firmware/result_sinks.h"
-#include "firmware/versions.h"
+#include "firmware/service/alarms.h"
+#include "firmware/service/backfill.h"
+#include "firmware/service/processor.h"
+#include "firmware/service/result_sinks.h"
+#include "firmware/service/versions.h"
 
 namespace tidemark::firmware {
 
