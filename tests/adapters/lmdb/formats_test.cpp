@@ -9,7 +9,7 @@
 
 #include "adapters/lmdb/store.h"
 #include "raw_lmdb.h"
-#include "test_support.h"
+#include "tests/adapters/lmdb/lmdb_test_support.h"
 
 using namespace tidemark::lmdb;
 using tidemark::core::EmissionKind;

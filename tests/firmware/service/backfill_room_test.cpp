@@ -18,7 +18,7 @@
 #include "firmware/service/processor.h"
 #include "firmware/service/result_sinks.h"
 #include "firmware/service/service_parts.h"
-#include "tests/firmware/parts_support.h"
+#include "tests/firmware/service/parts_support.h"
 #include "tests/support/broker.h"
 
 using namespace tidemark;

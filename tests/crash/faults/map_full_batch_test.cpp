@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "adapters/lmdb/store.h"
-#include "tests/adapters/lmdb/test_support.h"
+#include "tests/adapters/lmdb/lmdb_test_support.h"
 
 using namespace tidemark::lmdb;
 using tidemark::lmdb::test::TempDir;

@@ -13,7 +13,7 @@
 #include "fault_io.h"
 #include "firmware/clock.h"
 #include "firmware/service/service_parts.h"
-#include "tests/firmware/parts_support.h"
+#include "tests/firmware/service/parts_support.h"
 #include "tests/support/broker.h"
 
 using namespace tidemark;

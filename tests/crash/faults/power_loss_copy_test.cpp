@@ -17,7 +17,7 @@
 #include <random>
 
 #include "adapters/lmdb/store.h"
-#include "tests/forwarding/forwarding_support.h"
+#include "tests/integration/forwarding/forwarding_support.h"
 
 using namespace tidemark::test;
 using namespace tidemark::test::fwd;

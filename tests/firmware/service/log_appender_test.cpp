@@ -20,7 +20,7 @@
 #include "firmware/clock.h"
 #include "firmware/service/log_appender.h"
 #include "firmware/service/service_parts.h"
-#include "tests/firmware/parts_support.h"
+#include "tests/firmware/service/parts_support.h"
 #include "tests/support/broker.h"
 
 using namespace tidemark;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "tests/forwarding/forwarding_support.h"
+#include "tests/integration/forwarding/forwarding_support.h"
 
 using namespace tidemark::test;
 using namespace tidemark::test::fwd;

@@ -3,7 +3,7 @@
 // and then holds exactly what a replay of the log computes.
 #include <catch2/catch.hpp>
 
-#include "tests/forwarding/forwarding_support.h"
+#include "tests/integration/forwarding/forwarding_support.h"
 
 using namespace tidemark::test;
 using namespace tidemark::test::fwd;

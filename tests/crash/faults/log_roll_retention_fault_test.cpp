@@ -1,7 +1,7 @@
 // I/O errors on the log's segment roll and on retention's unlink (issue 14), injected with
-// tests/faults/fault_fs.c on real files: each gives an error naming the file and the errno, loses
-// no record that was acknowledged (append returned its offset), never leaves the writer's view
-// of the log different from the files on disk, and is over once the fault clears.
+// tests/crash/faults/fault_fs.c on real files: each gives an error naming the file and the errno,
+// loses no record that was acknowledged (append returned its offset), never leaves the writer's
+// view of the log different from the files on disk, and is over once the fault clears.
 #include <cerrno>
 #include <cstring>
 #include <filesystem>

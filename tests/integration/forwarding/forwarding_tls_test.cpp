@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cctype>
 
-#include "tests/forwarding/forwarding_support.h"
+#include "tests/integration/forwarding/forwarding_support.h"
 
 using namespace tidemark::test;
 using namespace tidemark::test::fwd;

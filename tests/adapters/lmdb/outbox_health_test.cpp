@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "adapters/lmdb/store.h"
-#include "test_support.h"
+#include "tests/adapters/lmdb/lmdb_test_support.h"
 
 using namespace tidemark::lmdb;
 using tidemark::lmdb::test::TempDir;

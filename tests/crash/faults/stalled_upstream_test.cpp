@@ -6,8 +6,8 @@
 // only as the same record.
 #include <catch2/catch.hpp>
 
-#include "tests/faults/stall_proxy.h"
-#include "tests/forwarding/forwarding_support.h"
+#include "tests/crash/faults/stall_proxy.h"
+#include "tests/integration/forwarding/forwarding_support.h"
 
 using namespace tidemark::test;
 using namespace tidemark::test::fwd;
