@@ -38,7 +38,7 @@
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
 #include "firmware/clock.h"
-#include "firmware/commands/commands.h"
+#include "firmware/commands/command_replay.h"
 #include "firmware/service/alarms.h"
 #include "firmware/service/engine_host.h"
 

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     firmware::ServiceParts& sp = **parts;
-    if (!sp.recover([] { return false; })) return 1;
+    if (!sp.host().recover([] { return false; })) return 1;
     const int64_t start_ms = 1'764'400'000'000;
     const Io before = read_io();
     uint64_t payload_bytes = 0;
@@ -106,30 +106,31 @@ int main(int argc, char** argv) {
                           "\"fw\":\"1.4.2\",\"rssi\":-%d}",
                           static_cast<long long>(t - 200), static_cast<unsigned long long>(i),
                           18 + dev % 10, static_cast<int>(i % 100), 40 + dev % 20, 60 + dev % 30);
-        auto ok = sp.log().append(log::RecordType::message, t, topic, std::string_view(payload, n));
+        auto ok = sp.host().log().append(log::RecordType::message, t, topic,
+                                         std::string_view(payload, n));
         if (!ok) {
             std::fprintf(stderr, "%s\n", ok.error().message.c_str());
             return 1;
         }
         payload_bytes += static_cast<uint64_t>(n);
         if (t >= next_sync) {
-            (void)sp.log().sync();
+            (void)sp.host().log().sync();
             next_sync += 1000;
             while (true) {
-                auto step = sp.step(4096, false);
+                auto step = sp.host().step(4096, false);
                 if (!step || *step == 0) break;
             }
             // Deliver what the outbox holds, as the forwarder would on PUBACKs.
-            auto rows = sp.store().outbox_peek(0, 100'000);
+            auto rows = sp.host().store().outbox_peek(0, 100'000);
             if (rows && !rows->empty()) {
                 std::vector<uint64_t> seqs;
                 for (const auto& r : *rows)
                     seqs.push_back(r.seq);
-                (void)sp.store().outbox_delete(seqs);
+                (void)sp.host().store().outbox_delete(seqs);
             }
         }
-        if (t >= next_checkpoint && sp.can_checkpoint()) {
-            if (auto c = sp.checkpoint(); !c) {
+        if (t >= next_checkpoint && sp.host().can_checkpoint()) {
+            if (auto c = sp.host().checkpoint(); !c) {
                 std::fprintf(stderr, "%s\n", c.error().message.c_str());
                 return 1;
             }
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     parts->reset();
     const auto t0 = std::chrono::steady_clock::now();
     auto reopened = firmware::ServiceParts::open(*cfg, clock);
-    if (!reopened || !(*reopened)->recover([] { return false; })) {
+    if (!reopened || !(*reopened)->host().recover([] { return false; })) {
         std::fprintf(stderr, "recovery failed\n");
         return 1;
     }

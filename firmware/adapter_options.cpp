@@ -73,9 +73,26 @@ log::FsyncPolicy log_fsync(config::FsyncPolicy policy) {
     return log::FsyncPolicy::interval;
 }
 
+std::string log_dir(const std::string& data_dir) {
+    return data_dir + "/log";
+}
+
+std::string state_dir(const std::string& data_dir) {
+    return data_dir + "/state";
+}
+
+lmdb::StoreOptions command_store_options(const std::string& data_dir, const config::Config* config,
+                                         bool read_only) {
+    lmdb::StoreOptions so;
+    so.dir = state_dir(data_dir);
+    so.read_only = read_only;
+    if (config) so.map_size_bytes = config->storage.map_size_bytes;
+    return so;
+}
+
 log::LogOptions log_options(const config::Config& config) {
     log::LogOptions lo;
-    lo.dir = config.data_dir + "/log";
+    lo.dir = log_dir(config.data_dir);
     lo.fsync = log_fsync(config.storage.fsync);
     lo.fsync_interval_ms = config.storage.fsync_interval_ms;
     lo.segment_bytes = config.storage.segment_bytes;
@@ -86,7 +103,7 @@ log::LogOptions log_options(const config::Config& config) {
 
 lmdb::StoreOptions store_options(const config::Config& config) {
     lmdb::StoreOptions so;
-    so.dir = config.data_dir + "/state";
+    so.dir = state_dir(config.data_dir);
     so.map_size_bytes = config.storage.map_size_bytes;
     so.read_only = false;
     so.side_bytes_max = config::side_bytes_max(config.storage.map_size_bytes);  // as budgeted

@@ -35,6 +35,15 @@ mqtt::BrokerOptions source_broker_options(const config::Config& config);
 mqtt::IngestOptions ingest_options(const config::Config& config);
 mqtt::BrokerOptions upstream_broker_options(const config::Config& config);
 
+/// Where a data directory keeps the log and the state store: the one spelling of both paths.
+std::string log_dir(const std::string& data_dir);
+std::string state_dir(const std::string& data_dir);
+/// The store as a command opens it: under data_dir/state, with the map size of `config` when
+/// there is one (null: the store's default), read-only beside a running service unless
+/// `read_only` is false (inspect --drop-pipeline, with the service stopped).
+lmdb::StoreOptions command_store_options(const std::string& data_dir, const config::Config* config,
+                                         bool read_only);
+
 /// The log under data_dir/log, with the configured fsync policy, segment size and retention.
 log::LogOptions log_options(const config::Config& config);
 /// The service's read-write store under data_dir/state, with the outbox bounds of `upstream`

@@ -7,6 +7,9 @@
 
 namespace tidemark::firmware {
 
+/// The round units these texts use.
+inline constexpr int64_t second_ms = 1'000, minute_ms = 60'000, hour_ms = 3'600'000;
+
 /// "12ms", "1.5s", "2m", "1.2h": four significant digits, for lags that may be fractional.
 std::string human_ms(double ms);
 

@@ -9,11 +9,14 @@
 
 #include "adapters/config/config.h"
 #include "adapters/config/sink_config.h"
+#include "firmware/adapter_options.h"
 #include "firmware/build_info.h"
 #include "firmware/clock.h"
+#include "firmware/commands/command_advise.h"
+#include "firmware/commands/command_inspect.h"
+#include "firmware/commands/command_replay.h"
 #include "firmware/commands/command_sink.h"
 #include "firmware/commands/command_status.h"
-#include "firmware/commands/commands.h"
 #include "firmware/crash_arm.h"
 #include "firmware/service/runtime.h"
 #include "firmware/service/version_plan.h"
@@ -142,13 +145,11 @@ int check_config(const std::string& path) {
     std::cout << path << ": ok (" << loaded->pipelines.size() << " pipelines)\n";
     // Against its data directory, when there is one: which versions would backfill, and how
     // much (DESIGN.md section 8). Read-only, beside a running service.
-    tidemark::lmdb::StoreOptions so;
-    so.dir = loaded->data_dir + "/state";
-    so.read_only = true;
-    so.map_size_bytes = loaded->storage.map_size_bytes;
+    const tidemark::lmdb::StoreOptions so =
+        tidemark::firmware::command_store_options(loaded->data_dir, &*loaded, /*read_only=*/true);
     if (auto store = tidemark::lmdb::Store::open(so)) {
-        auto plan =
-            tidemark::firmware::read_version_plan(*loaded, **store, loaded->data_dir + "/log");
+        auto plan = tidemark::firmware::read_version_plan(
+            *loaded, **store, tidemark::firmware::log_dir(loaded->data_dir));
         if (plan)
             std::cout << tidemark::firmware::version_plan_text(*plan);
         else

@@ -1,5 +1,7 @@
 #include "adapters/codec/record.h"
 
+#include <nlohmann/json.hpp>
+
 #include "adapters/codec/json_text.h"
 #include "adapters/codec/utf8.h"
 #include "core/result.h"
@@ -124,6 +126,27 @@ void encode_side_output(std::string_view node_id, std::string_view pipeline,
         out += '"';
     }
     out += '}';
+}
+
+// nlohmann's text, as the firmware wrote these records before they moved here: the bytes stay.
+void encode_malformed_side(std::string_view node_id, std::string_view pipeline,
+                           std::string_view reason, uint64_t log_offset, int64_t ingest_ms,
+                           std::string& out) {
+    nlohmann::json j;
+    j["node"] = std::string(node_id);
+    j["pipeline"] = std::string(pipeline);
+    j["malformed"] = std::string(reason);
+    j["offset"] = log_offset;
+    j["ingest_ms"] = ingest_ms;
+    out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void side_record_columns(std::string_view record, std::string& pipeline, std::string& key) {
+    const auto j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return;
+    if (auto it = j.find("pipeline"); it != j.end() && it->is_string())
+        pipeline = it->get<std::string>();
+    if (auto it = j.find("key"); it != j.end() && it->is_string()) key = it->get<std::string>();
 }
 
 }  // namespace tidemark::codec

@@ -1,6 +1,7 @@
 // The records that leave the process (DESIGN.md section 7): window results and side output.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,5 +34,18 @@ void encode_late_report(std::string_view node_id, std::string_view pipeline,
 /// as "payload_base64" when it is not.
 void encode_side_output(std::string_view node_id, std::string_view pipeline,
                         const core::SideOutput& side, std::string& out);
+
+/// Writes a log record that a pipeline could not decode as one compact JSON object into `out`
+/// (replacing its contents), keys in alphabetical order: ingest_ms, malformed (the reason),
+/// node, offset (the record's log offset: "offset" here, "log_offset" in encode_side_output, as
+/// both were first sent), pipeline. Invalid UTF-8 in a string becomes U+FFFD.
+void encode_malformed_side(std::string_view node_id, std::string_view pipeline,
+                           std::string_view reason, uint64_t log_offset, int64_t ingest_ms,
+                           std::string& out);
+
+/// The pipeline and key a side record names (encode_side_output's "pipeline" and "key",
+/// encode_malformed_side's "pipeline"), for rows stored before side rows had columns. Leaves
+/// `pipeline` and `key` as they are where the record does not name them (or does not parse).
+void side_record_columns(std::string_view record, std::string& pipeline, std::string& key);
 
 }  // namespace tidemark::codec

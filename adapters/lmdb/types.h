@@ -167,8 +167,8 @@ struct SideRow {
     std::string record;
     std::string pipeline;  // the columns as appended; empty when columns_known is false
     std::string key;
-    // False for a row stored without columns: written by format 2 or older, or through the
-    // deprecated side_append(std::span<const std::string>). Take pipeline and key from the record.
+    // False for a row stored without columns (written by format 2 or older): take pipeline and
+    // key from the record.
     bool columns_known = false;
 
     bool operator==(const SideRow&) const = default;

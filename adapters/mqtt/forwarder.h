@@ -46,7 +46,8 @@ class OutboxSource {
 struct ForwarderOptions {
     /// addresses (one, or a cluster's nodes), client_id, credentials, TLS files, keep_alive_s,
     /// connect_timeout_s, and max_inflight = the most rows published and not yet acknowledged.
-    /// The session is always clean here, whatever fill_paho_connect() chooses for ingest.
+    /// The session is always clean here (libmosquitto, through the same mapping as the health
+    /// publisher: mosquitto_options.h), whatever ingest's persistent session chooses.
     BrokerOptions broker;
     /// 1: at-least-once (a row is deleted on its PUBACK). 0: a row is deleted once written to
     /// the socket, so rows in flight when the link drops are lost; for links where loss is fine.

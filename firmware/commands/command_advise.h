@@ -1,4 +1,5 @@
-// The watermark advisor behind `tidemark advise`: lag quantiles and the cost of each delay.
+// `tidemark advise` and the watermark advisor behind it: lag quantiles and the cost of each
+// delay (command_advise_analysis.cpp), their text (command_advise_text.cpp), the command.
 #pragma once
 
 #include <cstdint>
@@ -114,7 +115,21 @@ class LagAdvisor {
 Result<AdviseReport> advise_log(const config::PipelineConfig& pipeline, const std::string& log_dir,
                                 double target_percent, const AdviseLimits& limits = {});
 
-/// The report as `tidemark advise` prints it, histogram bars at most `bar_columns` wide.
+/// The report as `tidemark advise` prints it, histogram bars at most `bar_columns` wide
+/// (command_advise_text.cpp).
 std::string format_advise_report(const AdviseReport& report, int bar_columns = 60);
+/// How the report names a quantile: "p99.9" for 0.999.
+std::string quantile_name(double q);
+/// `part` of `whole` in percent; 100 when `whole` is 0.
+double percent(uint64_t part, uint64_t whole);
+
+struct AdviseOptions {
+    std::string config_path;
+    std::string pipeline;
+    double target_percent = 99.9;
+    std::string log_dir;  // empty: <data_dir>/log of the config
+};
+/// `tidemark advise`: the report of one pipeline over the retained log. Returns the exit code.
+int advise_command(const AdviseOptions& options);
 
 }  // namespace tidemark::firmware

@@ -1,6 +1,7 @@
 // tidemark inspect: the log, the checkpointed state, the outbox and the side output, read-only,
 // beside the running service. Figures are gathered into one JSON object; the text form is
-// rendered from it, so that both say the same.
+// rendered from it, so that both say the same. The one write, --drop-pipeline, is
+// command_inspect_drop.cpp's.
 #include <sys/stat.h>
 #include <deque>
 #include <iostream>
@@ -13,8 +14,8 @@
 #include "core/duration.h"
 #include "core/emission.h"
 #include "core/time_text.h"
-#include "firmware/commands/commands.h"
-#include "firmware/dir_lock.h"
+#include "firmware/adapter_options.h"
+#include "firmware/commands/command_inspect.h"
 #include "firmware/service/health_report.h"
 #include "firmware/service/processor.h"
 #include "firmware/service/version_plan.h"
@@ -422,70 +423,6 @@ void print_text(const json& j, std::ostream& out) {
 
 }  // namespace
 
-// The way out of "the stored state was written under another definition": the pipeline
-// starts afresh from the checkpoint. Needs the service stopped (its lock on data_dir).
-namespace {
-
-// The pipeline's state, its backfill's, and its entry in the version registry, in one
-// transaction that keeps the checkpoint as it was; returns state records dropped.
-Result<uint64_t> drop_versions(lmdb::Store& store, const std::string& name) {
-    auto cp = store.load_checkpoint();
-    if (!cp) return fail(cp.error().message);
-    if (!*cp) {  // nothing checkpointed: no registry either
-        auto n = store.drop_prefix(core::Engine::state_prefix(name));
-        if (!n) return fail(n.error().message);
-        return *n;
-    }
-    auto read = read_registry(store);
-    if (!read) return std::unexpected(read.error());
-    std::optional<VersionRegistry>& registry = *read;
-    auto txn = store.begin_checkpoint();
-    if (!txn) return fail(txn.error().message);
-    const uint64_t erased_before = (*txn)->erases();
-    (*txn)->erase_prefix(core::Engine::state_prefix(name));
-    if (registry) {
-        if (const VersionEntry* e = registry->find(name); e && !e->backfill_version.empty()) {
-            const std::string state_name = backfill_state_name(name, e->backfill_version);
-            (*txn)->erase_prefix(core::Engine::state_prefix(state_name));
-            (*txn)->erase(Processor::counters_key_for(state_name));
-        }
-        registry->remove(name);
-        (*txn)->put(versions_key, registry->encode());
-    }
-    const uint64_t erased = (*txn)->erases() - erased_before;
-    if (auto ok = (*txn)->commit(**cp); !ok) return fail(ok.error().message);
-    return erased;
-}
-
-}  // namespace
-
-int drop_pipeline(const std::string& data_dir, const std::optional<config::Config>& config,
-                  const std::string& name) {
-    auto lock = DirLock::take(data_dir);
-    if (!lock) {
-        std::cerr << "tidemark inspect --drop-pipeline: " << lock.error().message << "\n";
-        return 1;
-    }
-    lmdb::StoreOptions so;
-    so.dir = data_dir + "/state";
-    so.read_only = false;
-    if (config) so.map_size_bytes = config->storage.map_size_bytes;
-    auto store = lmdb::Store::open(so);
-    if (!store) {
-        std::cerr << "tidemark inspect --drop-pipeline: " << store.error().message << "\n";
-        return 1;
-    }
-    auto dropped = drop_versions(**store, name);
-    if (!dropped) {
-        std::cerr << "tidemark inspect --drop-pipeline: " << dropped.error().message << "\n";
-        return 1;
-    }
-    std::cout << "dropped " << *dropped << " state records of pipeline '" << name
-              << "'; its outbox rows stay and are sent; on the next start its version "
-                 "backfills from the log as a new pipeline's\n";
-    return 0;
-}
-
 namespace {
 
 // The state store, opened read-only beside the running service (never writes, never takes its
@@ -499,10 +436,8 @@ struct StoreView {
 
 StoreView open_store(const std::string& data_dir, const std::optional<config::Config>& config) {
     StoreView v;
-    lmdb::StoreOptions so;
-    so.dir = data_dir + "/state";
-    so.read_only = true;
-    if (config) so.map_size_bytes = config->storage.map_size_bytes;
+    const lmdb::StoreOptions so =
+        command_store_options(data_dir, config ? &*config : nullptr, /*read_only=*/true);
     v.section["dir"] = so.dir;
     auto opened = lmdb::Store::open(so);
     if (!opened) {
@@ -564,12 +499,12 @@ json inspect_report(const std::string& data_dir, const std::optional<config::Con
     j["now_ms"] = now_ms;
     StoreView v = open_store(data_dir, config);
     j["log"] = inspect_log(
-        data_dir + "/log",
+        log_dir(data_dir),
         v.checkpoint ? std::optional<uint64_t>(v.checkpoint->log_offset) : std::nullopt);
     if (v.store) add_state_figures(v, now_ms, j["log"]);
     j["store"] = std::move(v.section);
     if (v.store) {
-        if (config) j["pipelines"] = inspect_pipelines(*config, *v.store, data_dir + "/log");
+        if (config) j["pipelines"] = inspect_pipelines(*config, *v.store, log_dir(data_dir));
         j["outbox"] = inspect_outbox(*v.store, now_ms);
         j["side"] = inspect_side(*v.store);
         const bool no_rows = j["outbox"].value("rows", uint64_t{0}) == 0 &&

@@ -8,7 +8,8 @@
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
 #include "core/time_text.h"
-#include "firmware/commands/commands.h"
+#include "firmware/adapter_options.h"
+#include "firmware/commands/command_replay.h"
 #include "firmware/service/processor.h"
 
 namespace tidemark::firmware {
@@ -75,7 +76,7 @@ int replay_command(const ReplayOptions& options) {
         std::cerr << "tidemark replay: " << processor.error().message << "\n";
         return 2;
     }
-    const std::string dir = options.log_dir.empty() ? cfg.data_dir + "/log" : options.log_dir;
+    const std::string dir = options.log_dir.empty() ? log_dir(cfg.data_dir) : options.log_dir;
     auto reader = log::LogReader::open(dir);
     if (!reader) {
         std::cerr << "tidemark replay: " << reader.error().message << "\n";
@@ -92,20 +93,14 @@ int replay_command(const ReplayOptions& options) {
         out = &file;
     }
     LineSink sink(cfg, *out);
-    log::Record rec;
-    uint64_t records = 0;
-    for (;;) {
-        auto next = (*reader)->next(rec);
-        if (!next) {
-            std::cerr << "tidemark replay: " << next.error().message << "\n";
-            return 1;
-        }
-        if (!*next) break;
-        if (options.from_ms && rec.ingest_ms < *options.from_ms) continue;
-        if (options.to_ms && rec.ingest_ms >= *options.to_ms) break;
-        (*processor)->feed(rec, sink);
-        ++records;
+    const FeedFilter range{.from_ingest_ms = options.from_ms.value_or(INT64_MIN),
+                           .to_ingest_ms = options.to_ms};
+    const FeedResult fed = (*processor)->feed_until(**reader, UINT64_MAX, SIZE_MAX, sink, range);
+    if (!fed.status) {
+        std::cerr << "tidemark replay: " << fed.status.error().message << "\n";
+        return 1;
     }
+    const uint64_t records = fed.records_fed;
     out->flush();
     std::cerr << "tidemark replay: " << records << " records, " << sink.results << " results, "
               << sink.side << " too late, " << sink.malformed_count << " malformed\n";

@@ -39,19 +39,21 @@ Result<std::unique_ptr<BackfillRun>> BackfillRun::create(const config::Config& b
 Result<size_t> BackfillRun::step(uint64_t end, size_t records_max, int64_t deadline_ms,
                                  const core::Clock& clock) {
     const int64_t t0 = clock.steady_ms();
+    const FeedFilter from{.from_ingest_ms = from_ms_, .to_ingest_ms = std::nullopt};
     size_t n = 0;
-    log::Record rec;
     while (n < records_max && offset_ < end) {
+        // The clock is read before every record n with n % deadline_check_records ==
+        // deadline_check_records - 1, and the records between two reads go in one feed.
         if (n % deadline_check_records == deadline_check_records - 1 &&
             clock.steady_ms() >= deadline_ms)
             break;
-        auto next = reader_->next(rec, end);
-        if (!next) return std::unexpected(next.error());
-        if (!*next) break;
-        offset_ = rec.next_offset;
-        ++n;
-        if (rec.ingest_ms < from_ms_) continue;
-        processor_->feed(rec, *sink_);
+        const size_t chunk =
+            std::min(records_max - n, deadline_check_records - (n + 1) % deadline_check_records);
+        const FeedResult fed = processor_->feed_until(*reader_, end, chunk, *sink_, from);
+        if (fed.records_read > 0) offset_ = fed.next_offset;
+        n += fed.records_read;
+        if (!fed.status) return std::unexpected(fed.status.error());
+        if (fed.records_read < chunk) break;  // the end of what is written
     }
     since_ms_ = std::min(since_ms_, processor_->min_event_ms(0));
     if (started_ms_ == 0) started_ms_ = t0;

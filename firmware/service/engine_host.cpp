@@ -2,11 +2,8 @@
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
-#include <deque>
 
-#include "adapters/log/segment_files.h"
 #include "firmware/adapter_options.h"
-#include "firmware/service/log_appender.h"
 
 namespace tidemark::firmware {
 
@@ -99,16 +96,15 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
         }
     };
     uint64_t replayed = 0;
-    log::Record rec;
     const uint64_t end = writer_->end_offset();
     for (;;) {
-        auto next = reader_->next(rec, end);
-        if (!next) return std::unexpected(next.error());
-        if (!*next) break;
-        processor_->feed(rec, *sink_);
-        consumed_offset_ = rec.next_offset;
-        if (++replayed % recovery_flush_records == 0)
-            if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+        const FeedResult fed =
+            processor_->feed_until(*reader_, end, recovery_flush_records, *sink_);
+        if (fed.records_read > 0) consumed_offset_ = fed.next_offset;
+        replayed += fed.records_read;
+        if (!fed.status) return std::unexpected(fed.status.error());
+        if (fed.records_read < recovery_flush_records) break;
+        if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
     }
     queue_version_records();  // after every result the replay regenerated
     if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
@@ -120,7 +116,6 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
             spdlog::warn("the versions planned at this start wait for the next checkpoint: {}",
                          ok.error().message);
     note_damage();
-    if (auto ok = seed_redelivery_filter(); !ok) return std::unexpected(ok.error());
     return replayed;
 }
 
@@ -134,20 +129,13 @@ Result<size_t> EngineHost::step(size_t records_max, bool drain) {
     // Only durable records are processed (fsync always/interval): after a power cut the outbox
     // never holds results of records the log lost.
     const uint64_t readable = written_end ? writer_->end_offset() : writer_->durable_offset();
-    size_t n = 0;
-    log::Record rec;
-    while (n < records_max) {
-        auto next = reader_->next(rec, readable);
-        if (!next) return std::unexpected(next.error());
-        if (!*next) break;
-        processor_->feed(rec, *sink_);
-        consumed_offset_ = rec.next_offset;
-        ++n;
-    }
+    const FeedResult fed = processor_->feed_until(*reader_, readable, records_max, *sink_);
+    if (fed.records_read > 0) consumed_offset_ = fed.next_offset;
+    if (!fed.status) return std::unexpected(fed.status.error());
     note_damage();
     auto flushed = flush();
     if (!flushed) return std::unexpected(flushed.error());
-    return n;
+    return fed.records_read;
 }
 
 // Side rows are diagnostic: when the store refuses them they are said and let go, never
@@ -290,46 +278,6 @@ uint64_t EngineHost::trim_for_disk_full() {
         spdlog::warn("disk full: removed {} log segments ({} bytes) before the last checkpoint",
                      removed->segments_removed, removed->bytes_removed);
     return removed->bytes_removed;
-}
-
-// The log's last messages, wherever the checkpoint is (after a clean stop it is at the end):
-// a broker that lost their PUBACKs redelivers them on our first connection. Reads the newest
-// segment, and the one before only when the newest holds too few.
-Result<void> EngineHost::seed_redelivery_filter() {
-    auto segments = log::list_segments(writer_->options().dir);
-    if (!segments) return std::unexpected(segments.error());
-    if (segments->empty()) return {};
-    auto tail_reader = log::LogReader::open(writer_->options().dir);
-    if (!tail_reader) return std::unexpected(tail_reader.error());
-    std::deque<std::pair<std::string, std::string>> tail;
-    const size_t want = mqtt::RedeliveryFilter::candidates_max;
-    size_t first = segments->size() - 1;
-    for (;;) {
-        tail.clear();
-        const uint64_t from = std::max((*segments)[first].first_offset, writer_->first_offset());
-        if (auto ok = (*tail_reader)->seek(from); !ok) return std::unexpected(ok.error());
-        log::Record rec;
-        for (;;) {
-            auto next = (*tail_reader)->next(rec, writer_->end_offset());
-            if (!next) return std::unexpected(next.error());
-            if (!*next) break;
-            // What the appender remembered live: every message and malformed record of a
-            // message the broker may send again (not QoS0, not ticks), by what the log keeps.
-            if (!rec.redeliverable || rec.type == log::RecordType::tick) continue;
-            if (rec.type == log::RecordType::malformed) {
-                tail.emplace_back(malformed_filter_topic(rec.reason, rec.topic),
-                                  std::string(rec.payload));
-            } else {
-                tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
-            }
-            if (tail.size() > want) tail.pop_front();
-        }
-        if (tail.size() >= want || first == 0) break;
-        --first;
-    }
-    for (const auto& [topic, payload] : tail)
-        filter_.seed(topic, payload);
-    return {};
 }
 
 // The map is full (an outbox append or a checkpoint could not commit): what may go without

@@ -13,7 +13,6 @@
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
 #include "adapters/mqtt/forwarder.h"
-#include "adapters/mqtt/redelivery_filter.h"
 #include "core/clock.h"
 #include "core/result.h"
 #include "firmware/service/alarms.h"
@@ -72,9 +71,10 @@ struct SwitchFigures {
 /// When the outbox (pause_ingest), the map or the disk is full, the batch is kept in memory,
 /// the outbox alarm is raised (it pauses ingest) and nothing is checkpointed past emissions
 /// that are not in the outbox.
-/// Concurrency: the engine thread only, but for log() (its append and sync are the ingest
-/// thread's and the ticker's; see LogWriter) and the redelivery filter (the ingest callback's,
-/// under runtime's append lock).
+/// Concurrency: the engine thread only, but for log(): its appends are the LogAppender's (the
+/// ingest callback, the ticker's idle ticks and the loop's clock markers, under the appender's
+/// one lock) and its interval sync the Ticker's (see LogWriter); the host itself only reads
+/// the log's offsets and syncs it before a checkpoint.
 /// Pipeline versions (DESIGN.md section 4, versions.h): the live processor runs, for each
 /// pipeline, the version the store names live (from its stored definition when the config has
 /// moved on); each new version of the config runs as a BackfillRun from the oldest retained
@@ -91,8 +91,15 @@ class EngineHost {
     static Result<std::unique_ptr<EngineHost>> open(const config::Config& config,
                                                     const core::Clock& clock, Alarms& alarms);
 
-    /// See ServiceParts::recover.
+    /// Loads the checkpoint and replays the log to its end. Returns records replayed. While the
+    /// outbox, map or disk is full it calls `wait_for_room` (which waits a little, keeps the
+    /// watchdog fed, and returns false to give up because the service is stopping) and tries
+    /// again: a restart never turns a condition that draining fixes into a crash loop.
+    /// State of pipelines no longer in the config is dropped; state of a changed pipeline is
+    /// refused with Error::code exit_config_conflict.
     Result<uint64_t> recover(const std::function<bool()>& wait_for_room);
+    /// Processes at most `records_max` records (up to the durable end, or the written end when
+    /// draining on shutdown) and commits their emissions. Returns records processed.
     Result<size_t> step(size_t records_max, bool drain);
     /// Backfill work within the share (a token bucket over steady time, each slice at most
     /// max_live_delay); a run that reaches the live position switches. Returns records read.
@@ -102,9 +109,15 @@ class EngineHost {
     /// processor planned and restored anew. Fails (and changes nothing) when the checkpoint
     /// cannot commit; the caller keeps the old config then.
     Result<void> reconfigure(const config::Config& wanted);
+    /// False while emissions wait for room in the outbox.
     bool can_checkpoint() const { return sink_->rows.empty(); }
+    /// On failure the engine's changes stay marked for the next checkpoint, an alarm stays
+    /// raised until one commits, and room is made (ids before the last good checkpoint, side
+    /// output) when the map was full.
     Result<void> checkpoint();
-    /// Log segments before the last checkpoint go now, whatever their age. Returns bytes freed.
+    /// The disk is full (a log append or an LMDB write said so): log segments before the last
+    /// checkpoint go now, whatever their age (they are needed only by replay and backfill).
+    /// Returns the bytes freed.
     uint64_t trim_for_disk_full();
 
     /// Told of every commit to the outbox or side store, so that it sends at once; may be null.
@@ -124,7 +137,6 @@ class EngineHost {
     /// The version of `pipeline` that runs live; empty when none does. Before recover() planned
     /// the versions, the one the store names (health's first record comes before recovery).
     std::string live_version(std::string_view pipeline) const;
-    mqtt::RedeliveryFilter& redelivery_filter() { return filter_; }
     /// The next record the engine reads.
     uint64_t consumed_offset() const { return consumed_offset_; }
     const CheckpointStats& checkpoint_stats() const { return checkpoint_; }
@@ -136,7 +148,6 @@ class EngineHost {
     Result<bool> flush();
     bool append_side();
     Result<uint64_t> restore_checkpoint();
-    Result<void> seed_redelivery_filter();
     void make_room();
     void note_damage();
     // engine_host_versions.cpp
@@ -185,7 +196,6 @@ class EngineHost {
     double backfill_credit_ms_ = 0;
     double backfill_read_fraction_ = 0.5;  // of a slice, reading (the rest: its commit)
     int64_t backfill_refill_ms_ = 0;
-    mqtt::RedeliveryFilter filter_;
     mqtt::Forwarder* forwarder_ = nullptr;
 
     uint64_t consumed_offset_ = 0;

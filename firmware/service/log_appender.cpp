@@ -1,28 +1,35 @@
 #include "firmware/service/log_appender.h"
 
-#include <chrono>
+#include <algorithm>
+#include <deque>
 #include <string>
+#include <utility>
 
+#include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
 #include "adapters/log/record.h"
-#include "adapters/mqtt/redelivery_filter.h"
+#include "adapters/log/segment_files.h"
+#include "firmware/service/alarms.h"
 #include "firmware/service/processor.h"
-#include "firmware/service/service_parts.h"
 
 namespace tidemark::firmware {
 
-namespace {
-
-// Ingest appends a tick when nothing else was appended for this long.
-constexpr int64_t tick_interval_ms = 1000;
-// How often the ticker wakes to look at the tick interval and fsync_interval.
-constexpr auto ticker_wake = std::chrono::milliseconds(100);
-
-}  // namespace
-
-LogAppender::LogAppender(const config::Config& config, ServiceParts& parts,
+LogAppender::LogAppender(const config::Config& config, log::LogWriter& log, Alarms& alarms,
                          const core::Clock& clock)
-    : config_(config), parts_(parts), clock_(clock), last_append_steady_ms_(clock.steady_ms()) {}
+    : config_(config),
+      log_(log),
+      alarms_(alarms),
+      clock_(clock),
+      last_append_steady_ms_(clock.steady_ms()) {}
+
+Result<std::unique_ptr<LogAppender>> LogAppender::open(const config::Config& config,
+                                                       log::LogWriter& log, Alarms& alarms,
+                                                       const core::Clock& clock) {
+    std::unique_ptr<LogAppender> appender(new LogAppender(config, log, alarms, clock));
+    if (auto ok = seed_redelivery_filter(log, appender->filter_); !ok)
+        return std::unexpected(ok.error());
+    return appender;
+}
 
 // The config's bound on max_payload and the log's on a record agree, to within the frame head
 // that handle() checks exactly (a payload within max_payload on a topic near 64 KiB).
@@ -37,14 +44,51 @@ std::string malformed_filter_topic(std::string_view reason, std::string_view top
     return out;
 }
 
+Result<void> seed_redelivery_filter(const log::LogWriter& log, mqtt::RedeliveryFilter& filter) {
+    auto segments = log::list_segments(log.options().dir);
+    if (!segments) return std::unexpected(segments.error());
+    if (segments->empty()) return {};
+    auto tail_reader = log::LogReader::open(log.options().dir);
+    if (!tail_reader) return std::unexpected(tail_reader.error());
+    std::deque<std::pair<std::string, std::string>> tail;
+    const size_t want = mqtt::RedeliveryFilter::candidates_max;
+    size_t first = segments->size() - 1;
+    for (;;) {
+        tail.clear();
+        const uint64_t from = std::max((*segments)[first].first_offset, log.first_offset());
+        if (auto ok = (*tail_reader)->seek(from); !ok) return std::unexpected(ok.error());
+        log::Record rec;
+        for (;;) {
+            auto next = (*tail_reader)->next(rec, log.end_offset());
+            if (!next) return std::unexpected(next.error());
+            if (!*next) break;
+            // What handle() remembered live: every message and malformed record of a message
+            // the broker may send again (not QoS0, not ticks), by what the log keeps.
+            if (!rec.redeliverable || rec.type == log::RecordType::tick) continue;
+            if (rec.type == log::RecordType::malformed) {
+                tail.emplace_back(malformed_filter_topic(rec.reason, rec.topic),
+                                  std::string(rec.payload));
+            } else {
+                tail.emplace_back(std::string(rec.topic), std::string(rec.payload));
+            }
+            if (tail.size() > want) tail.pop_front();
+        }
+        if (tail.size() >= want || first == 0) break;
+        --first;
+    }
+    for (const auto& [topic, payload] : tail)
+        filter.seed(topic, payload);
+    return {};
+}
+
 bool LogAppender::mark_resumed(uint64_t connection) {
     if (connection == resumed_for_) return true;
-    auto ok = parts_.log().append(log::RecordType::tick, clock_.wall_ms(), ingest_resumed_tick, {});
+    auto ok = log_.append(log::RecordType::tick, clock_.wall_ms(), ingest_resumed_tick, {});
     if (!ok) {
-        parts_.append_failed(ok.error().message);
+        alarms_.append_failed(ok.error().message);
         return false;
     }
-    parts_.append_succeeded();
+    alarms_.append_succeeded();
     resumed_for_ = connection;
     return true;
 }
@@ -52,7 +96,7 @@ bool LogAppender::mark_resumed(uint64_t connection) {
 mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
     std::lock_guard<std::mutex> guard(mutex_);
     if (!mark_resumed(m.connection)) return mqtt::HandleResult::retry_later;
-    mqtt::RedeliveryFilter& filter = parts_.redelivery_filter();
+    mqtt::RedeliveryFilter& filter = filter_;
     if (m.connection != connection_seen_) {
         // What the previous connections left unacknowledged may now come back, with DUP.
         filter.connection_started();
@@ -65,7 +109,8 @@ mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
     const bool oversized = m.payload.size() > payload_max ||
                            m.topic.size() + m.payload.size() > log::record_topic_payload_bytes_max;
     // The redelivery filter knows a record by what the log keeps of it, so that a restart
-    // seeded from the log (EngineHost) recognises the same records as this process does.
+    // seeded from the log (seed_redelivery_filter) recognises the same records as this process
+    // does.
     std::string reason, filter_topic;
     std::string_view topic = m.topic, payload = m.payload;
     if (oversized) {
@@ -84,7 +129,7 @@ mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
     const std::string_view identity_payload =
         oversized ? payload.substr(0, log::malformed_payload_bytes_max) : payload;
     if (m.duplicate && filter.is_redelivery(m.packet_id, identity_topic, identity_payload)) {
-        parts_.count_redelivery_skipped();
+        ++redeliveries_skipped_;
         return mqtt::HandleResult::accepted;
     }
     // A QoS0 message is never redelivered: its record says so, and it stays out of the filter's
@@ -93,16 +138,15 @@ mqtt::HandleResult LogAppender::handle(const mqtt::IncomingMessage& m) {
     const bool redeliverable = m.qos > 0;
     // Kept for inspection with its reason; counted by every pipeline it matches.
     Result<uint64_t> appended =
-        oversized
-            ? parts_.log().append_malformed(now, reason, topic, payload, redeliverable)
-            : parts_.log().append(log::RecordType::message, now, topic, payload, redeliverable);
+        oversized ? log_.append_malformed(now, reason, topic, payload, redeliverable)
+                  : log_.append(log::RecordType::message, now, topic, payload, redeliverable);
     if (!appended) {
-        parts_.append_failed(appended.error().message);
+        alarms_.append_failed(appended.error().message);
         return mqtt::HandleResult::retry_later;
     }
     if (redeliverable) filter.remember(m.packet_id, identity_topic, identity_payload);
     last_append_steady_ms_.store(clock_.steady_ms(), std::memory_order_relaxed);
-    parts_.append_succeeded();
+    alarms_.append_succeeded();
     return mqtt::HandleResult::accepted;
 }
 
@@ -120,48 +164,17 @@ void LogAppender::tick_if_idle(int64_t interval_ms) {
         clock_.steady_ms() - last_append_steady_ms_.load(std::memory_order_relaxed) < interval_ms)
         return;
     std::lock_guard<std::mutex> guard(mutex_);
-    auto ok = parts_.log().append(log::RecordType::tick, clock_.wall_ms(), {}, {});
+    auto ok = log_.append(log::RecordType::tick, clock_.wall_ms(), {}, {});
     if (ok)
         last_append_steady_ms_.store(clock_.steady_ms(), std::memory_order_relaxed);
     else
-        parts_.append_failed(ok.error().message);
+        alarms_.append_failed(ok.error().message);
 }
 
 bool LogAppender::append_clock_marker(bool trusted) {
     std::lock_guard<std::mutex> guard(mutex_);
     const std::string_view marker = trusted ? clock_synchronised_tick : clock_unsynchronised_tick;
-    return parts_.log().append(log::RecordType::tick, clock_.wall_ms(), marker, {}).has_value();
-}
-
-Ticker::Ticker(const config::Config& config, ServiceParts& parts, LogAppender& appender,
-               const core::Clock& clock)
-    : config_(config), parts_(parts), appender_(appender), clock_(clock) {
-    thread_ = std::thread([this] { run(); });
-}
-
-Ticker::~Ticker() {
-    {
-        std::lock_guard<std::mutex> lk(mutex_);
-        stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-}
-
-void Ticker::run() {
-    std::unique_lock<std::mutex> lk(mutex_);
-    int64_t next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
-    while (!wake_.wait_for(lk, ticker_wake, [&] { return stop_; })) {
-        appender_.tick_if_idle(tick_interval_ms);
-        // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
-        // fdatasyncs a dup of the fd), so ingest never waits for the disk.
-        if (config_.storage.fsync == config::FsyncPolicy::interval &&
-            clock_.steady_ms() >= next_sync_ms) {
-            next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
-            if (auto synced = parts_.log().sync(); !synced)
-                parts_.append_failed(synced.error().message);
-        }
-    }
+    return log_.append(log::RecordType::tick, clock_.wall_ms(), marker, {}).has_value();
 }
 
 }  // namespace tidemark::firmware

@@ -92,6 +92,30 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     return processor;
 }
 
+FeedResult Processor::feed_until(log::LogReader& reader, uint64_t end_offset, size_t records_max,
+                                 ProcessorSink& sink, const FeedFilter& filter) {
+    FeedResult result;
+    log::Record rec;
+    while (result.records_read < records_max) {
+        auto next = reader.next(rec, end_offset);
+        if (!next) {
+            result.status = std::unexpected(next.error());
+            break;
+        }
+        if (!*next) break;
+        if (filter.to_ingest_ms && rec.ingest_ms >= *filter.to_ingest_ms) {
+            result.reached_to = true;
+            break;
+        }
+        result.next_offset = rec.next_offset;
+        ++result.records_read;
+        if (rec.ingest_ms < filter.from_ingest_ms) continue;
+        feed(rec, sink);
+        ++result.records_fed;
+    }
+    return result;
+}
+
 void Processor::feed(const log::Record& record, ProcessorSink& sink) {
     // Time up to the record that says the clock is not trusted still counts; from the record
     // that says it is trusted again on, time counts afresh (Engine::set_clock).

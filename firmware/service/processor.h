@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "adapters/config/config.h"
+#include "adapters/log/log_reader.h"
 #include "adapters/log/record.h"
 #include "core/emission.h"
 #include "core/engine.h"
@@ -31,6 +33,25 @@ struct DecodeCounters {
 
 /// The aggregate names of each pipeline, in config order: what encode_result() labels values by.
 std::vector<std::vector<std::string>> aggregate_names(const config::Config& config);
+
+/// Which records of the log feed_until() feeds: those whose ingest time is in
+/// [from_ingest_ms, to_ingest_ms). Records before from_ingest_ms are read and passed over
+/// (a backfill's backfill.from, replay --from); the first at or after to_ingest_ms, when there
+/// is one, ends the feed unfed and uncounted, with the reader past it (replay --to: the caller
+/// reads no more).
+struct FeedFilter {
+    int64_t from_ingest_ms = INT64_MIN;
+    std::optional<int64_t> to_ingest_ms;
+};
+
+/// What one feed_until() call read.
+struct FeedResult {
+    size_t records_read = 0;  // fed or passed over by the filter
+    size_t records_fed = 0;
+    uint64_t next_offset = 0;  // the next_offset of the last record read; 0 when none was
+    bool reached_to = false;   // stopped at a record at or after FeedFilter::to_ingest_ms
+    Result<void> status;       // the reader's error when one stopped the feed
+};
 
 /// Receives, besides emissions, the records a pipeline could not decode, with the reason.
 class ProcessorSink : public core::EmissionSink {
@@ -59,6 +80,13 @@ class Processor {
     ~Processor();
 
     void feed(const log::Record& record, ProcessorSink& sink);
+    /// The one log pump of the live step, recovery, a backfill and `tidemark replay`: reads
+    /// records from `reader`'s position, below `end_offset` and at most `records_max` of them,
+    /// and feeds those `filter` lets through. Stops early at the end of what is written (or a
+    /// record FeedFilter::to_ingest_ms ends on) or at a read error (FeedResult::status), which
+    /// leaves what was read before it fed and counted.
+    FeedResult feed_until(log::LogReader& reader, uint64_t end_offset, size_t records_max,
+                          ProcessorSink& sink, const FeedFilter& filter = {});
     /// The last checkpoint's transaction did not commit: the next checkpoint writes it again.
     void checkpoint_failed() { engine_->checkpoint_failed(); }
 

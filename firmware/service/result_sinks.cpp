@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <nlohmann/json.hpp>
-
 #include "adapters/codec/record.h"
-#include "adapters/codec/topic.h"
 #include "core/emission.h"
 
 namespace tidemark::firmware {
@@ -57,14 +54,11 @@ void BatchSink::side_output(const core::SideOutput& s) {
 }
 
 void BatchSink::malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) {
-    nlohmann::json j;
-    j["node"] = config_.node_id;
-    j["pipeline"] = config_.pipelines[pipeline].spec.name;
-    j["malformed"] = std::string(reason);
-    j["offset"] = record.offset;
-    j["ingest_ms"] = record.ingest_ms;
-    add_side(record.offset, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-             config_.pipelines[pipeline].spec.name, "");
+    std::string out;
+    const std::string& name = config_.pipelines[pipeline].spec.name;
+    codec::encode_malformed_side(config_.node_id, name, reason, record.offset, record.ingest_ms,
+                                 out);
+    add_side(record.offset, std::move(out), name, "");
 }
 
 // Side records are named by the log record that produced them and their rank among its side
@@ -77,115 +71,6 @@ void BatchSink::add_side(uint64_t log_offset, std::string record, std::string pi
     }
     side.emplace_back(log_offset, side_ordinal_++, std::move(record), std::move(pipeline),
                       std::move(key));
-}
-
-namespace {
-
-class OutboxSource : public mqtt::OutboxSource {
-  public:
-    OutboxSource(lmdb::Store& store, const config::Config& config)
-        : store_(store),
-          config_(config),
-          version_topic_(without_key_level(config.upstream->topic)),
-          health_topic_(codec::expand_topic_template(config.health.topic, config.node_id, "", "")) {
-    }
-    Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
-        auto rows = store_.outbox_peek(from_seq, limit);
-        if (!rows) return fail(rows.error().message);
-        std::vector<mqtt::OutboundRow> out;
-        out.reserve(rows->size());
-        for (auto& r : *rows) {
-            // A version record: retained beside the results (DESIGN.md section 4), on the
-            // pipeline's results topic (without a {key} level) + "/version"; a too-late tally
-            // beside them, + "/late", not retained (each is a state of a count: the sink keeps
-            // the highest). A health record (health.upstream): retained on health.topic, as on
-            // the gateway broker, so that `tidemark status --broker` finds a fleet's where it
-            // finds one gateway's.
-            std::string topic =
-                r.health_record ? health_topic_
-                : r.version_record || r.late_record
-                    ? codec::expand_topic_template(version_topic_, config_.node_id, r.pipeline,
-                                                   "") +
-                          (r.version_record ? "/version" : "/late")
-                    : codec::expand_topic_template(config_.upstream->topic, config_.node_id,
-                                                   r.pipeline, r.key);
-            out.push_back({r.seq, std::move(topic), std::move(r.payload),
-                           r.version_record || r.health_record});
-        }
-        return out;
-    }
-    Result<void> delivered(std::span<const uint64_t> seqs) override {
-        auto ok = store_.outbox_delete(seqs);
-        if (!ok) return fail(ok.error().message);
-        return {};
-    }
-    void claimed(uint64_t seq_next) override { store_.set_claimed(seq_next); }
-
-  private:
-    // "tidemark/{node_id}/{pipeline}/{key}" -> "tidemark/{node_id}/{pipeline}".
-    static std::string without_key_level(std::string t) {
-        for (const std::string level : {"/{key}", "{key}/", "{key}"})
-            if (auto at = t.find(level); at != std::string::npos) t.erase(at, level.size());
-        return t;
-    }
-
-    lmdb::Store& store_;
-    const config::Config& config_;
-    std::string version_topic_;
-    std::string health_topic_;
-};
-
-class SideSource : public mqtt::OutboxSource {
-  public:
-    SideSource(lmdb::Store& store, const config::Config& config) : store_(store), config_(config) {}
-    Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
-        auto rows = store_.side_peek(from_seq, limit);
-        if (!rows) return fail(rows.error().message);
-        std::vector<mqtt::OutboundRow> out;
-        out.reserve(rows->size());
-        for (auto& r : *rows) {
-            if (!r.columns_known) columns_from_record(r);
-            out.push_back({r.seq,
-                           codec::expand_topic_template(config_.upstream->side_topic,
-                                                        config_.node_id, r.pipeline, r.key),
-                           std::move(r.record)});
-        }
-        return out;
-    }
-    Result<void> delivered(std::span<const uint64_t> seqs) override {
-        auto ok = store_.side_delete(seqs);
-        if (!ok) return fail(ok.error().message);
-        return {};
-    }
-    void claimed(uint64_t) override {}  // side rows are never compacted
-
-  private:
-    // A row stored before side rows had columns names its pipeline and key in the record
-    // (codec::encode_side_output, or BatchSink::malformed); one that does not parse still
-    // goes, keyless.
-    static void columns_from_record(lmdb::SideRow& r) {
-        const auto j = nlohmann::json::parse(r.record, nullptr, /*allow_exceptions=*/false);
-        if (!j.is_object()) return;
-        if (auto it = j.find("pipeline"); it != j.end() && it->is_string())
-            r.pipeline = it->get<std::string>();
-        if (auto it = j.find("key"); it != j.end() && it->is_string())
-            r.key = it->get<std::string>();
-    }
-
-    lmdb::Store& store_;
-    const config::Config& config_;
-};
-
-}  // namespace
-
-std::unique_ptr<mqtt::OutboxSource> make_outbox_source(lmdb::Store& store,
-                                                       const config::Config& config) {
-    return std::make_unique<OutboxSource>(store, config);
-}
-
-std::unique_ptr<mqtt::OutboxSource> make_side_source(lmdb::Store& store,
-                                                     const config::Config& config) {
-    return std::make_unique<SideSource>(store, config);
 }
 
 }  // namespace tidemark::firmware

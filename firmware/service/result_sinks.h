@@ -1,16 +1,13 @@
 // Where the engine's results go: BatchSink collects one step's emissions as outbox rows and its
-// side output as side rows; OutboxSource and SideSource hand those rows to the forwarder with
-// the upstream topic each one is routed to.
+// side output as side rows (outbox_sources.h hands them to the forwarder).
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
-#include "adapters/mqtt/forwarder.h"
 #include "firmware/service/processor.h"
 
 namespace tidemark::firmware {
@@ -41,18 +38,5 @@ class BatchSink : public ProcessorSink {
     uint64_t side_offset_ = UINT64_MAX;
     uint32_t side_ordinal_ = 0;
 };
-
-/// The outbox for the forwarder: each row on upstream.topic expanded with its pipeline and key;
-/// version records and too-late tallies on that topic without its {key} level, + "/version"
-/// (retained) and + "/late".
-/// `store` and `config` must outlive it; calls come from the forwarder's thread (the store's
-/// read and delete transactions are its own).
-std::unique_ptr<mqtt::OutboxSource> make_outbox_source(lmdb::Store& store,
-                                                       const config::Config& config);
-
-/// Side output on upstream.side_topic, after the results (the forwarder reads it only when the
-/// outbox has nothing to send). Same lifetime and threads as make_outbox_source.
-std::unique_ptr<mqtt::OutboxSource> make_side_source(lmdb::Store& store,
-                                                     const config::Config& config);
 
 }  // namespace tidemark::firmware

@@ -144,7 +144,7 @@ void write_all(int fd, const std::string& text) {
 
 // The forwarder's PUBACK path: the receiver has the rows (durably) before they leave the outbox.
 void deliver(firmware::ServiceParts& parts, int fd) {
-    auto rows = parts.store().outbox_peek(0, deliver_rows_max);
+    auto rows = parts.host().store().outbox_peek(0, deliver_rows_max);
     if (!rows) die("outbox_peek: " + rows.error().message);
     if (rows->empty()) return;
     std::string text;
@@ -155,23 +155,24 @@ void deliver(firmware::ServiceParts& parts, int fd) {
     }
     write_all(fd, text);
     if (::fdatasync(fd) != 0) die(std::string("fdatasync delivered: ") + std::strerror(errno));
-    if (auto ok = parts.store().outbox_delete(seqs); !ok)
+    if (auto ok = parts.host().store().outbox_delete(seqs); !ok)
         die("outbox_delete: " + ok.error().message);
     write_all(fd, "C\n");
 }
 
 void step_to_end(firmware::ServiceParts& parts) {
     for (;;) {
-        auto n = parts.step(step_records_max, false);
+        auto n = parts.host().step(step_records_max, false);
         if (!n) die("step: " + n.error().message);
         if (*n == 0) break;
     }
-    if (!parts.can_checkpoint()) die("the outbox refused a batch (is outbox.max_bytes too small?)");
+    if (!parts.host().can_checkpoint())
+        die("the outbox refused a batch (is outbox.max_bytes too small?)");
 }
 
 void checkpoint(firmware::ServiceParts& parts) {
     step_to_end(parts);
-    if (auto ok = parts.checkpoint(); !ok) die("checkpoint: " + ok.error().message);
+    if (auto ok = parts.host().checkpoint(); !ok) die("checkpoint: " + ok.error().message);
 }
 
 // Counts the log's records, checking that they are exactly the first items of the stream: a lost
@@ -179,7 +180,7 @@ void checkpoint(firmware::ServiceParts& parts) {
 uint64_t items_in_log(const Args& args, firmware::ServiceParts& parts) {
     auto reader = log::LogReader::open(args.data_dir + "/log");
     if (!reader) die("opening the log: " + reader.error().message);
-    const uint64_t end = parts.log().end_offset();
+    const uint64_t end = parts.host().log().end_offset();
     const uint64_t items = crash_test::stream_items(args.records);
     uint64_t k = 0;
     log::Record rec;
@@ -210,14 +211,14 @@ int main(int argc, char** argv) {
     auto parts = firmware::ServiceParts::open(*config, clock);
     if (!parts) die("open: " + parts.error().message);
     firmware::ServiceParts& p = **parts;
-    if (auto replayed = p.recover([] { return false; }); !replayed)
+    if (auto replayed = p.host().recover([] { return false; }); !replayed)
         die("recover: " + replayed.error().message);
     const int delivered_fd = open_delivered(args.delivered);
 
     const uint64_t items = crash_test::stream_items(args.records);
     for (uint64_t k = items_in_log(args, p); k < items; ++k) {
         const crash_test::StreamItem item = crash_test::stream_item(args.seed, args.records, k);
-        auto appended = p.log().append(item.type, item.ingest_ms, item.topic, item.payload);
+        auto appended = p.host().log().append(item.type, item.ingest_ms, item.topic, item.payload);
         if (!appended) die("append: " + appended.error().message);
         if (!item.is_message) continue;
         const uint64_t done = item.seq + 1;

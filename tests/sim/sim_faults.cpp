@@ -170,7 +170,7 @@ void World::apply_op(const Op& op) {
             crash();
             if (note_) note_(where_ + ": crash");
             if (!open(op.config, "restart")) return;
-            host_->redelivery_filter().connection_started();
+            filter_->connection_started();
             connection_messages_.clear();
             for (int index : again)
                 if (!stopped_) append_message(index, true);

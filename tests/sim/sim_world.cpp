@@ -69,7 +69,14 @@ bool World::open(int config, const std::string& why) {
         stopped_ = true;
         return false;
     }
+    auto filter = std::make_unique<mqtt::RedeliveryFilter>();
+    if (auto seeded = firmware::seed_redelivery_filter((*host)->log(), *filter); !seeded) {
+        failure("the redelivery filter is not seeded (" + why + "): " + seeded.error().message);
+        stopped_ = true;
+        return false;
+    }
     host_ = std::move(*host);
+    filter_ = std::move(filter);
     switches_seen_ = 0;
     running_ = config;
     if (*registry)
@@ -90,6 +97,7 @@ bool World::open(int config, const std::string& why) {
 // acknowledged, and resends the end of the last connection's messages when ingest is back.
 void World::crash() {
     upstream_.detach();
+    filter_.reset();
     host_.reset();
     alarms_.reset();
     config_.reset();
@@ -118,7 +126,7 @@ void World::append_message(int index, bool redelivered) {
     const Message& m = s_.messages[static_cast<size_t>(index)];
     const std::string topic = topic_of(s_, m), payload = payload_of(s_, m, index);
     const int packet_id = index % 65535 + 1;
-    mqtt::RedeliveryFilter& filter = host_->redelivery_filter();
+    mqtt::RedeliveryFilter& filter = *filter_;
     if (redelivered) {
         if (filter.is_redelivery(packet_id, topic, payload)) return;
         failure("the broker's redelivery of message " + std::to_string(index) +
@@ -276,7 +284,7 @@ Recording World::run() {
         ~SayRepeats() { w.say_repeats(); }
     } say{*this};
     if (!open(0, "first start")) return std::move(rec_);
-    host_->redelivery_filter().connection_started();
+    filter_->connection_started();
     size_t next_op = 0;
     for (int64_t tick = 0; tick < s_.ticks && !stopped_; ++tick) {
         where_ = "tick " + std::to_string(tick);

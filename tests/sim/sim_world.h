@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "adapters/config/config.h"
+#include "adapters/mqtt/redelivery_filter.h"
 #include "core/engine.h"
 #include "firmware/service/alarms.h"
 #include "firmware/service/engine_host.h"
+#include "firmware/service/log_appender.h"
 #include "firmware/service/processor.h"
 #include "tests/sim/sim_types.h"
 #include "tests/sim/sim_upstream.h"
@@ -83,6 +85,9 @@ class World {
     std::unique_ptr<config::Config> config_;
     std::unique_ptr<firmware::Alarms> alarms_;
     std::unique_ptr<firmware::EngineHost> host_;
+    // Ingest's filter (firmware::LogAppender's), seeded from the log at each start like the
+    // service's.
+    std::unique_ptr<mqtt::RedeliveryFilter> filter_;
     int running_ = 0;  // the config the host runs (as last applied)
     size_t switches_seen_ = 0;
     size_t next_message_ = 0;               // the next of Scenario::messages to arrive

@@ -8,7 +8,6 @@
 
 #include "adapters/config/config.h"
 #include "firmware/commands/command_advise.h"
-#include "firmware/commands/commands.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"
 

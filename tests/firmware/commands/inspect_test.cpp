@@ -6,7 +6,7 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "firmware/clock.h"
-#include "firmware/commands/commands.h"
+#include "firmware/commands/command_inspect.h"
 #include "firmware/service/processor.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"

@@ -4,7 +4,7 @@
 #include <random>
 #include <tuple>
 
-#include "firmware/commands/commands.h"
+#include "firmware/commands/command_replay.h"
 #include "tests/firmware/command_test_support.h"
 #include "tests/support/broker.h"
 

@@ -8,7 +8,7 @@
 #include "adapters/codec/decoder.h"
 #include "adapters/config/config.h"
 #include "core/time_text.h"
-#include "firmware/commands/commands.h"
+#include "firmware/commands/command_replay.h"
 
 using namespace tidemark;
 

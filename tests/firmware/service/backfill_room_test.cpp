@@ -57,14 +57,14 @@ void append_messages(firmware::ServiceParts& parts, int from, int to) {
         const int64_t ingest = 1'000'000 + i * 1'000;
         const std::string payload =
             R"({"ts": )" + std::to_string(ingest) + R"(, "v": )" + std::to_string(i) + "}";
-        REQUIRE(parts.log().append(log::RecordType::message, ingest, "t/d" + std::to_string(i % 7),
-                                   payload));
+        REQUIRE(parts.host().log().append(log::RecordType::message, ingest,
+                                          "t/d" + std::to_string(i % 7), payload));
     }
 }
 
 void step_all(firmware::ServiceParts& parts) {
     for (int i = 0; i < 1000; ++i) {
-        auto n = parts.step(4096, /*drain=*/true);
+        auto n = parts.host().step(4096, /*drain=*/true);
         REQUIRE(n);
         if (*n == 0) return;
     }
@@ -73,7 +73,7 @@ void step_all(firmware::ServiceParts& parts) {
 // The upstream came back: everything in the outbox is sent and deleted. Returns the results'
 // payloads.
 std::vector<std::string> drain(firmware::ServiceParts& parts) {
-    auto rows = parts.store().outbox_peek(0, 1'000'000);
+    auto rows = parts.host().store().outbox_peek(0, 1'000'000);
     REQUIRE(rows);
     std::vector<uint64_t> seqs;
     std::vector<std::string> payloads;
@@ -81,7 +81,7 @@ std::vector<std::string> drain(firmware::ServiceParts& parts) {
         seqs.push_back(r.seq);
         if (!r.version_record) payloads.push_back(r.payload);
     }
-    REQUIRE(parts.store().outbox_delete(seqs));
+    REQUIRE(parts.host().store().outbox_delete(seqs));
     return payloads;
 }
 
@@ -107,40 +107,40 @@ TEST_CASE("a backfill that finds no room for its results holds neither live work
     }
     step_all(*parts);
     drain(*parts);
-    REQUIRE(parts->can_checkpoint());
-    REQUIRE(parts->checkpoint());
+    REQUIRE(parts->host().can_checkpoint());
+    REQUIRE(parts->host().checkpoint());
 
     // A wider window: its backfill's 5000 results pass the outbox bound (the upstream is down).
     write_file(path, config_json(dir.path(), "2s"));
     firmware::Notifier notifier;
     REQUIRE(parts->reload(path, notifier));
-    REQUIRE(parts->backfilling());
-    for (int i = 0; i < 2000 && parts->backfilling(); ++i) {
-        REQUIRE(parts->backfill_step(512));
-        if (!parts->can_checkpoint()) break;
-        if (parts->store().outbox_stats()->bytes > (1u << 20) - 4096) break;
+    REQUIRE(parts->host().backfilling());
+    for (int i = 0; i < 2000 && parts->host().backfilling(); ++i) {
+        REQUIRE(parts->host().backfill_step(512));
+        if (!parts->host().can_checkpoint()) break;
+        if (parts->host().store().outbox_stats()->bytes > (1u << 20) - 4096) break;
     }
-    REQUIRE(parts->backfill_step(512));  // this slice does not fit
-    REQUIRE(parts->backfilling());
-    CHECK(parts->can_checkpoint());  // history holds no results in memory
-    CHECK(parts->checkpoint());
+    REQUIRE(parts->host().backfill_step(512));  // this slice does not fit
+    REQUIRE(parts->host().backfilling());
+    CHECK(parts->host().can_checkpoint());  // history holds no results in memory
+    CHECK(parts->host().checkpoint());
 
     SECTION("the operator reverts the config: the reload is applied") {
         write_file(path, config_json(dir.path(), "1s"));
         CHECK(parts->reload(path, notifier));
-        CHECK_FALSE(parts->backfilling());
+        CHECK_FALSE(parts->host().backfilling());
     }
     SECTION("the upstream comes back: the backfill reads again and switches, nothing lost") {
         std::vector<std::string> sent = drain(*parts);
-        for (int i = 0; i < 200'000 && parts->backfilling(); ++i) {
-            REQUIRE(parts->backfill_step(512));
-            if (parts->store().outbox_stats()->rows > 1000) {
+        for (int i = 0; i < 200'000 && parts->host().backfilling(); ++i) {
+            REQUIRE(parts->host().backfill_step(512));
+            if (parts->host().store().outbox_stats()->rows > 1000) {
                 auto more = drain(*parts);
                 sent.insert(sent.end(), more.begin(), more.end());
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-        REQUIRE_FALSE(parts->backfilling());
+        REQUIRE_FALSE(parts->host().backfilling());
         auto rest = drain(*parts);
         sent.insert(sent.end(), rest.begin(), rest.end());
         // The new version's results are replay's (the same processor over the same log, from

@@ -13,7 +13,7 @@
 #include "adapters/log/log_writer.h"
 #include "core/time_text.h"
 #include "firmware/build_info.h"
-#include "firmware/commands/commands.h"
+#include "firmware/commands/command_inspect.h"
 #include "firmware/service/health_report.h"
 #include "firmware/service/service_parts.h"
 #include "tests/firmware/command_test_support.h"
@@ -71,22 +71,22 @@ TEST_CASE("health and inspect name the same figures the same way") {
     {
         auto parts = firmware::ServiceParts::open(*config, clock);
         REQUIRE(parts);
-        REQUIRE((*parts)->recover([] { return false; }));
+        REQUIRE((*parts)->host().recover([] { return false; }));
         // Three devices a second for a minute; every 20th event 30 s late (side output).
         for (int i = 0; i < 180; ++i) {
             const int64_t ingest = 1'000'000 + i * 333;
             const int64_t ts = i % 20 == 19 ? ingest - 30'000 : ingest;
-            REQUIRE((*parts)->log().append(
+            REQUIRE((*parts)->host().log().append(
                 log::RecordType::message, ingest, "t/d" + std::to_string(i % 3),
                 R"({"ts": )" + std::to_string(ts) + R"(, "v": )" + std::to_string(i) + "}"));
         }
         for (;;) {
-            auto n = (*parts)->step(4096, /*drain=*/true);
+            auto n = (*parts)->host().step(4096, /*drain=*/true);
             REQUIRE(n);
             if (*n == 0) break;
         }
-        REQUIRE((*parts)->checkpoint());
-        (*parts)->refresh_health(nullptr);
+        REQUIRE((*parts)->host().checkpoint());
+        (*parts)->refresh_health(nullptr, nullptr);
         health = json::parse((*parts)->health_json());
     }
 

@@ -50,11 +50,19 @@ struct Message {
     int packet_id = 0;
 };
 
-// One process's ingest: its parts (recovered: the filter seeded from the log) and handler.
+std::unique_ptr<firmware::LogAppender> open_appender(const config::Config& c,
+                                                     firmware::ServiceParts& parts,
+                                                     const core::Clock& clock) {
+    auto appender = firmware::LogAppender::open(c, parts.host().log(), parts.alarms(), clock);
+    INFO((appender ? std::string() : appender.error().message));
+    REQUIRE(appender);
+    return std::move(*appender);
+}
+
+// One process's ingest: its parts (recovered) and handler (its filter seeded from the log).
 struct Process {
     explicit Process(const config::Config& c)
-        : parts(open_parts(c)),
-          appender(std::make_unique<firmware::LogAppender>(c, *parts, clock)) {}
+        : parts(open_parts(c)), appender(open_appender(c, *parts, clock)) {}
     // Delivers `m` on broker connection `connection`, flagged DUP when `duplicate`.
     void deliver(const Message& m, uint64_t connection, bool duplicate) {
         const IncomingMessage in{.topic = m.topic,
@@ -68,12 +76,12 @@ struct Process {
     }
     // The log's messages and malformed records, in order: "topic payload-prefix".
     std::vector<std::string> records() {
-        auto reader = log::LogReader::open(parts->log().options().dir);
+        auto reader = log::LogReader::open(parts->host().log().options().dir);
         REQUIRE(reader);
         std::vector<std::string> out;
         log::Record rec;
         for (;;) {
-            auto next = (*reader)->next(rec, parts->log().end_offset());
+            auto next = (*reader)->next(rec, parts->host().log().end_offset());
             REQUIRE(next);
             if (!*next) break;
             if (rec.type == log::RecordType::tick) continue;

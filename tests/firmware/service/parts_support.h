@@ -17,7 +17,7 @@ inline std::unique_ptr<firmware::ServiceParts> open_parts(const config::Config& 
     auto parts = firmware::ServiceParts::open(c, clock);
     INFO((parts ? std::string() : parts.error().message));
     REQUIRE(parts);
-    auto recovered = (*parts)->recover([] { return false; });
+    auto recovered = (*parts)->host().recover([] { return false; });
     INFO((recovered ? std::string() : recovered.error().message));
     REQUIRE(recovered);
     return std::move(*parts);

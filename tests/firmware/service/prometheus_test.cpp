@@ -142,25 +142,25 @@ TEST_CASE("health.prometheus_textfile: promtool accepts it and node_exporter ser
     auto opened = firmware::ServiceParts::open(config, clock);
     REQUIRE(opened);
     firmware::ServiceParts& parts = **opened;
-    REQUIRE(parts.recover([] { return false; }));
+    REQUIRE(parts.host().recover([] { return false; }));
     // Three devices, 60 events, every 20th 30 s late (too late: dropped).
     auto feed = [&](int from, int to) {
         for (int i = from; i < to; ++i) {
             const int64_t ingest = 1'000'000 + i * 333;
             const int64_t ts = i % 20 == 19 ? ingest - 30'000 : ingest;
-            REQUIRE(parts.log().append(
+            REQUIRE(parts.host().log().append(
                 log::RecordType::message, ingest, "t/d" + std::to_string(i % 3),
                 R"({"ts": )" + std::to_string(ts) + R"(, "v": )" + std::to_string(i) + "}"));
         }
         for (;;) {
-            auto n = parts.step(4096, /*drain=*/true);
+            auto n = parts.host().step(4096, /*drain=*/true);
             REQUIRE(n);
             if (*n == 0) break;
         }
     };
     feed(0, 60);
-    REQUIRE(parts.checkpoint());
-    parts.refresh_health(nullptr);
+    REQUIRE(parts.host().checkpoint());
+    parts.refresh_health(nullptr, nullptr);
     REQUIRE(fs::exists(textfile));
     CHECK_FALSE(fs::exists(textfile + ".tmp"));
     const std::string text = test::read_file(textfile);
@@ -195,10 +195,10 @@ TEST_CASE("health.prometheus_textfile: promtool accepts it and node_exporter ser
 
     // Within the interval the file stays as it was; after it, it says the new figures.
     feed(60, 90);
-    parts.refresh_health(nullptr);
+    parts.refresh_health(nullptr, nullptr);
     CHECK(test::read_file(textfile) == text);
     clock.advance(10'000);
-    parts.refresh_health(nullptr);
+    parts.refresh_health(nullptr, nullptr);
     const std::string later = test::read_file(textfile);
     CHECK(later.find("tidemark_events_total{node=\"gw-test\",pipeline=\"p\"} 90\n") !=
           std::string::npos);

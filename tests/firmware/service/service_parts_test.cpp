@@ -53,18 +53,19 @@ void append_messages(firmware::ServiceParts& parts, int from, int to) {
         const std::string topic = "t/d" + std::to_string(i % 7);
         const std::string payload =
             R"({"ts": )" + std::to_string(ts) + R"(, "v": )" + std::to_string(i) + "}";
-        REQUIRE(parts.log().append(log::RecordType::message, ingest, topic, payload));
+        REQUIRE(parts.host().log().append(log::RecordType::message, ingest, topic, payload));
         // Device x reports only for ten seconds, then once much later: its window stays open
         // in between (its own watermark does not move), written by one checkpoint only.
         if ((i >= 250 && i < 260) || i == 590)
-            REQUIRE(parts.log().append(log::RecordType::message, ingest, "t/x",
-                                       R"({"ts": )" + std::to_string(ingest) + R"(, "v": 1})"));
+            REQUIRE(
+                parts.host().log().append(log::RecordType::message, ingest, "t/x",
+                                          R"({"ts": )" + std::to_string(ingest) + R"(, "v": 1})"));
     }
 }
 
 void step_all(firmware::ServiceParts& parts) {
     for (;;) {
-        auto n = parts.step(4096, /*drain=*/true);
+        auto n = parts.host().step(4096, /*drain=*/true);
         REQUIRE(n);
         if (*n == 0) return;
     }
@@ -72,7 +73,7 @@ void step_all(firmware::ServiceParts& parts) {
 
 // The outbox as a consumer would read it: (id, payload) in seq order.
 std::vector<std::pair<uint64_t, std::string>> outbox(firmware::ServiceParts& parts) {
-    auto rows = parts.store().outbox_peek(0, 1'000'000);
+    auto rows = parts.host().store().outbox_peek(0, 1'000'000);
     REQUIRE(rows);
     std::vector<std::pair<uint64_t, std::string>> out;
     for (auto& r : *rows)
@@ -91,7 +92,7 @@ TEST_CASE("a checkpoint that failed to commit is written again by the next one")
         for (int part = 0; part < 6; ++part) {
             append_messages(*parts, part * 100, part * 100 + 100);
             step_all(*parts);
-            REQUIRE(parts->checkpoint());
+            REQUIRE(parts->host().checkpoint());
         }
         expected = outbox(*parts);
     }
@@ -109,10 +110,10 @@ TEST_CASE("a checkpoint that failed to commit is written again by the next one")
             if (part == 2) {
                 tm_fault_watch("state/data.mdb");
                 tm_fault_arm(TM_FAULT_FDATASYNC, EIO);
-                CHECK_FALSE(parts->checkpoint());
+                CHECK_FALSE(parts->host().checkpoint());
                 tm_fault_clear();
             } else {
-                REQUIRE(parts->checkpoint());
+                REQUIRE(parts->host().checkpoint());
             }
         }
         append_messages(*parts, 500, 550);  // logged, processed, not checkpointed: a crash
@@ -139,7 +140,7 @@ TEST_CASE("side output is not appended again when recovery replays the log") {
         auto parts = open_parts(c);
         append_messages(*parts, 0, 200);  // too-late events at 49, 99, 149, 199
         step_all(*parts);
-        auto side = parts->store().side_stats();
+        auto side = parts->host().store().side_stats();
         REQUIRE(side);
         rows = side->rows;
         REQUIRE(rows > 0);
@@ -148,7 +149,7 @@ TEST_CASE("side output is not appended again when recovery replays the log") {
     for (int restart = 0; restart < 2; ++restart) {
         auto parts = open_parts(c);
         step_all(*parts);
-        auto side = parts->store().side_stats();
+        auto side = parts->host().store().side_stats();
         REQUIRE(side);
         CHECK(side->rows == rows);
     }
@@ -165,14 +166,14 @@ TEST_CASE(
     REQUIRE_FALSE(c.upstream.has_value());
     auto parts = open_parts(c);
     const auto event = [&](int64_t ingest_ms, int64_t ts_ms) {
-        REQUIRE(parts->log().append(log::RecordType::message, ingest_ms, "t/a",
-                                    R"({"ts": )" + std::to_string(ts_ms) + R"(, "v": 1})"));
+        REQUIRE(parts->host().log().append(log::RecordType::message, ingest_ms, "t/a",
+                                           R"({"ts": )" + std::to_string(ts_ms) + R"(, "v": 1})"));
         step_all(*parts);  // one outbox batch per event: each revision is appended on its own
     };
     event(1'000'000, 1'001'000);  // in [1000000, 1010000)
     event(1'011'000, 1'011'000);  // the watermark passes the window's end: final, revision 0
     event(1'012'000, 1'002'000);  // late, within the 5 s allowed: update, revision 1
-    auto rows = parts->store().outbox_peek(0, 100);
+    auto rows = parts->host().store().outbox_peek(0, 100);
     REQUIRE(rows);
     std::vector<uint32_t> revisions;
     for (const auto& r : *rows)

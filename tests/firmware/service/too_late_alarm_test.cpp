@@ -99,7 +99,7 @@ TEST_CASE("health raises and clears too_late for a pipeline whose events come to
     auto opened = firmware::ServiceParts::open(*config, clock);
     REQUIRE(opened);
     firmware::ServiceParts& parts = **opened;
-    REQUIRE(parts.recover([] { return false; }));
+    REQUIRE(parts.host().recover([] { return false; }));
     int next = 0;
     // `count` events from three devices, one in `late_every` 30 s late (past the 5 s lateness).
     auto feed = [&](int count, int late_every) {
@@ -107,16 +107,16 @@ TEST_CASE("health raises and clears too_late for a pipeline whose events come to
             const int64_t ingest = 1'000'000 + int64_t{next} * 100;
             const int64_t ts =
                 late_every && k % late_every == late_every - 1 ? ingest - 30'000 : ingest;
-            REQUIRE(parts.log().append(log::RecordType::message, ingest,
-                                       "t/d" + std::to_string(next % 3),
-                                       R"({"ts": )" + std::to_string(ts) + R"(, "v": 1})"));
+            REQUIRE(parts.host().log().append(log::RecordType::message, ingest,
+                                              "t/d" + std::to_string(next % 3),
+                                              R"({"ts": )" + std::to_string(ts) + R"(, "v": 1})"));
         }
         for (;;) {
-            auto n = parts.step(4096, /*drain=*/true);
+            auto n = parts.host().step(4096, /*drain=*/true);
             REQUIRE(n);
             if (*n == 0) break;
         }
-        parts.refresh_health(nullptr);
+        parts.refresh_health(nullptr, nullptr);
     };
     feed(0, 0);
     CHECK_FALSE(has_alarm(parts.health_json(), "too_late: p"));

@@ -60,14 +60,14 @@ void append_messages(firmware::ServiceParts& parts, int from, int to) {
         const int64_t ingest = 1'000'000 + i * 1'000;
         const std::string payload =
             R"({"ts": )" + std::to_string(ingest) + R"(, "v": )" + std::to_string(i) + "}";
-        REQUIRE(parts.log().append(log::RecordType::message, ingest, "t/d" + std::to_string(i % 7),
-                                   payload));
+        REQUIRE(parts.host().log().append(log::RecordType::message, ingest,
+                                          "t/d" + std::to_string(i % 7), payload));
     }
 }
 
 void step_all(firmware::ServiceParts& parts) {
     for (;;) {
-        auto n = parts.step(4096, /*drain=*/true);
+        auto n = parts.host().step(4096, /*drain=*/true);
         REQUIRE(n);
         if (*n == 0) return;
     }
@@ -75,16 +75,16 @@ void step_all(firmware::ServiceParts& parts) {
 
 // Backfill steps until no backfill is left (each step is bounded by max_live_delay).
 void backfill_all(firmware::ServiceParts& parts) {
-    for (int i = 0; i < 20'000 && parts.backfilling(); ++i) {
-        auto n = parts.backfill_step(64);
+    for (int i = 0; i < 20'000 && parts.host().backfilling(); ++i) {
+        auto n = parts.host().backfill_step(64);
         REQUIRE(n);
         if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    REQUIRE_FALSE(parts.backfilling());
+    REQUIRE_FALSE(parts.host().backfilling());
 }
 
 std::vector<lmdb::OutboxRow> outbox(firmware::ServiceParts& parts) {
-    auto rows = parts.store().outbox_peek(0, 1'000'000);
+    auto rows = parts.host().store().outbox_peek(0, 1'000'000);
     REQUIRE(rows);
     return *rows;
 }
@@ -128,12 +128,12 @@ TEST_CASE("a changed pipeline backfills beside the live version, then switches",
         auto parts = open_parts(before);
         append_messages(*parts, 0, 300);
         step_all(*parts);
-        REQUIRE(parts->checkpoint());
+        REQUIRE(parts->host().checkpoint());
     }
     // Restart with the new definition: v1 keeps running live from its stored definition while
     // v2 backfills; live records keep coming.
     auto parts = open_parts(after);
-    REQUIRE(parts->backfilling());
+    REQUIRE(parts->host().backfilling());
     append_messages(*parts, 300, 400);
     step_all(*parts);
     const size_t v1_before_switch = results_of(outbox(*parts), v1).size();
@@ -188,21 +188,21 @@ TEST_CASE("a crash during a backfill resumes it; the results are the uncrashed r
             auto parts = open_parts(before);
             append_messages(*parts, 0, 2000);
             step_all(*parts);
-            REQUIRE(parts->checkpoint());
+            REQUIRE(parts->host().checkpoint());
         }
         if (crash) {
             auto parts = open_parts(after);
             // Part of the backfill, a checkpoint, more of it, then the process dies.
             for (int i = 0; i < 3; ++i) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                REQUIRE(parts->backfill_step(100));
+                REQUIRE(parts->host().backfill_step(100));
             }
-            REQUIRE(parts->checkpoint());
-            REQUIRE(parts->backfill_step(100));
-            REQUIRE(parts->backfilling());
+            REQUIRE(parts->host().checkpoint());
+            REQUIRE(parts->host().backfill_step(100));
+            REQUIRE(parts->host().backfilling());
         }
         auto parts = open_parts(after);
-        REQUIRE(parts->backfilling());
+        REQUIRE(parts->host().backfilling());
         backfill_all(*parts);
         append_messages(*parts, 2000, 2100);
         step_all(*parts);
@@ -231,8 +231,8 @@ TEST_CASE("a reload applies pipelines live; a broken one changes nothing", "[ver
 
     write(R"({"node_id": "gw", "nonsense": 1})");
     CHECK_FALSE(parts->reload(path, notifier));
-    CHECK_FALSE(parts->backfilling());
-    parts->refresh_health(nullptr);
+    CHECK_FALSE(parts->host().backfilling());
+    parts->refresh_health(nullptr, nullptr);
     CHECK(parts->health_json().find(R"("last_reload":{"errors":[)") != std::string::npos);
     CHECK(parts->health_json().find(R"("ok":false)") != std::string::npos);
 
@@ -241,11 +241,11 @@ TEST_CASE("a reload applies pipelines live; a broken one changes nothing", "[ver
         "window": {"type": "tumbling", "size": "20s"}, "aggregates": {"n": {"fn": "count"}}})";
     write(config_json(dir.path(), "10s", second));
     REQUIRE(parts->reload(path, notifier));
-    CHECK(parts->backfilling());
-    parts->refresh_health(nullptr);
+    CHECK(parts->host().backfilling());
+    parts->refresh_health(nullptr, nullptr);
     CHECK(parts->health_json().find(R"("state":"running")") != std::string::npos);
     backfill_all(*parts);
-    parts->refresh_health(nullptr);
+    parts->refresh_health(nullptr, nullptr);
     CHECK(parts->health_json().find(R"("state":"switched")") != std::string::npos);
     CHECK(parts->health_json().find(R"("ok":true)") != std::string::npos);
 
@@ -280,9 +280,9 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
     auto parts = open_parts(before);
     append_messages(*parts, 0, 100);
     step_all(*parts);
-    REQUIRE(parts->checkpoint());
+    REQUIRE(parts->host().checkpoint());
     const auto registry = [&] {
-        auto r = firmware::read_registry(parts->store());
+        auto r = firmware::read_registry(parts->host().store());
         REQUIRE(r);
         REQUIRE(*r);
         return (*r)->encode();
@@ -291,7 +291,7 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
     const std::string q_prefix = core::Engine::state_prefix("q");
     const auto q_entries = [&] {
         size_t n = 0;
-        REQUIRE(parts->store().for_each_state([&](std::string_view k, std::string_view) {
+        REQUIRE(parts->host().store().for_each_state([&](std::string_view k, std::string_view) {
             n += k.starts_with(q_prefix);
             return tidemark::Result<void>{};
         }));
@@ -305,7 +305,7 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
         // (u32 length, bytes), 'w', the start.
         std::string damaged;
         const std::string p_prefix = core::Engine::state_prefix("p");
-        REQUIRE(parts->store().for_each_state([&](std::string_view k, std::string_view) {
+        REQUIRE(parts->host().store().for_each_state([&](std::string_view k, std::string_view) {
             std::string_view rest = k.substr(std::min(k.size(), p_prefix.size()));
             if (damaged.empty() && k.starts_with(p_prefix) && rest.size() > 5 && rest[0] == 'K') {
                 const size_t n = static_cast<uint8_t>(rest[1]);  // keys "d0".."d6": short
@@ -314,10 +314,10 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
             return tidemark::Result<void>{};
         }));
         REQUIRE_FALSE(damaged.empty());
-        auto meta = parts->store().load_checkpoint();
+        auto meta = parts->host().store().load_checkpoint();
         REQUIRE(meta);
         REQUIRE(*meta);
-        auto txn = parts->store().begin_checkpoint();
+        auto txn = parts->host().store().begin_checkpoint();
         REQUIRE(txn);
         (*txn)->put(damaged, "\xff");
         REQUIRE((*txn)->commit(**meta));
@@ -336,10 +336,10 @@ TEST_CASE("a reload that fails half way leaves pipelines, state and version reco
     firmware::Notifier notifier;
     CHECK_FALSE(parts->reload(path, notifier));
 
-    CHECK_FALSE(parts->backfilling());
+    CHECK_FALSE(parts->host().backfilling());
     append_messages(*parts, 100, 130);
     step_all(*parts);
-    REQUIRE(parts->checkpoint());
+    REQUIRE(parts->host().checkpoint());
     CHECK(q_entries() >= q_before);
     CHECK(registry() == registry_before);
     for (const auto& row : outbox(*parts))
@@ -379,15 +379,15 @@ TEST_CASE("a version run again never reuses an id of its earlier run", "[version
             n += row.payload.find(R"("version":")" + h2 + '"') != std::string::npos;
         return n;
     };
-    for (int i = 0; i < 20'000 && parts->backfilling() && h2_rows() == 0; ++i) {
-        REQUIRE(parts->backfill_step(16));
+    for (int i = 0; i < 20'000 && parts->host().backfilling() && h2_rows() == 0; ++i) {
+        REQUIRE(parts->host().backfill_step(16));
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    REQUIRE(parts->backfilling());
+    REQUIRE(parts->host().backfilling());
     REQUIRE(h2_rows() > 0);
     write(config_json(dir.path(), "10s", q));  // ... and is abandoned for v1
     REQUIRE(parts->reload(path, notifier));
-    CHECK_FALSE(parts->backfilling());
+    CHECK_FALSE(parts->host().backfilling());
     write(config_json(dir.path(), "10s"));  // q removed
     REQUIRE(parts->reload(path, notifier));
     append_messages(*parts, 300, 400);

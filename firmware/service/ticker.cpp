@@ -1,0 +1,50 @@
+#include "firmware/service/ticker.h"
+
+#include <chrono>
+
+#include "adapters/log/log_writer.h"
+#include "firmware/service/alarms.h"
+#include "firmware/service/log_appender.h"
+
+namespace tidemark::firmware {
+
+namespace {
+
+// Ingest appends a tick when nothing else was appended for this long.
+constexpr int64_t tick_interval_ms = 1000;
+// How often the ticker wakes to look at the tick interval and fsync_interval.
+constexpr auto ticker_wake = std::chrono::milliseconds(100);
+
+}  // namespace
+
+Ticker::Ticker(const config::Config& config, log::LogWriter& log, Alarms& alarms,
+               LogAppender& appender, const core::Clock& clock)
+    : config_(config), log_(log), alarms_(alarms), appender_(appender), clock_(clock) {
+    thread_ = std::thread([this] { run(); });
+}
+
+Ticker::~Ticker() {
+    {
+        std::lock_guard<std::mutex> lk(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+}
+
+void Ticker::run() {
+    std::unique_lock<std::mutex> lk(mutex_);
+    int64_t next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
+    while (!wake_.wait_for(lk, ticker_wake, [&] { return stop_; })) {
+        appender_.tick_if_idle(tick_interval_ms);
+        // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
+        // fdatasyncs a dup of the fd), so ingest never waits for the disk.
+        if (config_.storage.fsync == config::FsyncPolicy::interval &&
+            clock_.steady_ms() >= next_sync_ms) {
+            next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
+            if (auto synced = log_.sync(); !synced) alarms_.append_failed(synced.error().message);
+        }
+    }
+}
+
+}  // namespace tidemark::firmware
