@@ -38,10 +38,10 @@ struct ServiceParts::Impl {
     std::unique_ptr<mqtt::HealthPublisher> health;
     // The forwarder's acks at the last health refresh, and since when (steady) they have not
     // moved with rows in flight: for upstream_stalled. Engine thread only.
-    std::optional<ReloadFigures> last_reload;
     uint64_t upstream_acks_seen = 0;
-    std::vector<std::string> alarms_published;  // the alarms of the last refresh
     int64_t upstream_acks_since_ms = 0;
+    std::optional<ReloadFigures> last_reload;   // health's last_reload; engine thread
+    std::vector<std::string> alarms_published;  // the alarms of the last refresh
     // health.prometheus_textfile: when it was last written (steady), and whether that failed
     // (logged once per failing spell). Engine thread only.
     std::optional<int64_t> textfile_written_ms;
