@@ -83,21 +83,47 @@ void append_topic_level_escaped(std::string& out, std::string_view value) {
 
 std::string expand_topic_template(std::string_view tmpl, std::string_view node_id,
                                   std::string_view pipeline, std::string_view key) {
-    std::string out;
-    out.reserve(tmpl.size() + node_id.size() + pipeline.size() + key.size());
+    return TopicTemplate(tmpl, node_id).expand(pipeline, key);
+}
+
+TopicTemplate::TopicTemplate(std::string_view tmpl, std::string_view node_id) {
+    auto text = [&]() -> std::string& {
+        if (pieces_.empty() || pieces_.back().slot != Slot::text) pieces_.push_back({});
+        return pieces_.back().text;
+    };
     for (size_t i = 0; i < tmpl.size();) {
         std::string_view rest = tmpl.substr(i);
         if (rest.starts_with("{node_id}")) {
-            append_topic_level_escaped(out, node_id);
+            append_topic_level_escaped(text(), node_id);
             i += 9;
         } else if (rest.starts_with("{pipeline}")) {
-            append_topic_level_escaped(out, pipeline);
+            pieces_.push_back({Slot::pipeline, {}});
             i += 10;
         } else if (rest.starts_with("{key}")) {
-            append_topic_level_escaped(out, key);
+            pieces_.push_back({Slot::key, {}});
             i += 5;
         } else {
-            out += tmpl[i++];
+            text() += tmpl[i++];
+        }
+    }
+    for (const Piece& p : pieces_)
+        text_bytes_ += p.text.size();
+}
+
+std::string TopicTemplate::expand(std::string_view pipeline, std::string_view key) const {
+    std::string out;
+    out.reserve(text_bytes_ + pipeline.size() + key.size());
+    for (const Piece& p : pieces_) {
+        switch (p.slot) {
+            case Slot::text:
+                out += p.text;
+                break;
+            case Slot::pipeline:
+                append_topic_level_escaped(out, pipeline);
+                break;
+            case Slot::key:
+                append_topic_level_escaped(out, key);
+                break;
         }
     }
     return out;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tidemark::codec {
 
@@ -26,5 +27,23 @@ void append_topic_level_escaped(std::string& out, std::string_view value);
 /// is copied. Used for the upstream, side-output and health topics.
 std::string expand_topic_template(std::string_view tmpl, std::string_view node_id,
                                   std::string_view pipeline, std::string_view key);
+
+/// A topic template read once, with {node_id} filled in: what is left per row is {pipeline} and
+/// {key}. expand() gives what expand_topic_template gives for the same arguments; the forwarder's
+/// sources build one per topic at start instead of scanning the config's template per row.
+class TopicTemplate {
+  public:
+    TopicTemplate(std::string_view tmpl, std::string_view node_id);
+    std::string expand(std::string_view pipeline, std::string_view key) const;
+
+  private:
+    enum class Slot { text, pipeline, key };
+    struct Piece {
+        Slot slot = Slot::text;
+        std::string text;  // the literal text, {node_id} already in it (Slot::text only)
+    };
+    std::vector<Piece> pieces_;
+    size_t text_bytes_ = 0;
+};
 
 }  // namespace tidemark::codec

@@ -1,7 +1,7 @@
 // tidemark inspect: the log, the checkpointed state, the outbox and the side output, read-only,
-// beside the running service. Figures are gathered into one JSON object; the text form is
-// rendered from it, so that both say the same. The one write, --drop-pipeline, is
-// command_inspect_drop.cpp's.
+// beside the running service. Figures are gathered here into one JSON object; the text form is
+// rendered from it (command_inspect_text.cpp), so that both say the same. The one write,
+// --drop-pipeline, is command_inspect_drop.cpp's.
 #include <sys/stat.h>
 #include <deque>
 #include <iostream>
@@ -11,11 +11,10 @@
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/segment_files.h"
-#include "core/duration.h"
 #include "core/emission.h"
-#include "core/time_text.h"
 #include "firmware/adapter_options.h"
 #include "firmware/commands/command_inspect.h"
+#include "firmware/commands/command_inspect_text.h"
 #include "firmware/service/health_report.h"
 #include "firmware/service/processor.h"
 #include "firmware/service/version_plan.h"
@@ -26,11 +25,7 @@ namespace tidemark::firmware {
 namespace {
 
 using json = nlohmann::ordered_json;
-using core::utc_text;
 
-// Records are counted by a full scan only below this; above, the scan would take minutes on a
-// gateway, so only the first record and the newest segment are read.
-constexpr uint64_t log_count_bytes_max = uint64_t{1} << 30;
 constexpr size_t outbox_rows_shown_max = 5;
 constexpr size_t side_rows_shown_max = 5;
 constexpr size_t side_page_rows = 1024;
@@ -70,7 +65,7 @@ json inspect_log(const std::string& dir, std::optional<uint64_t> checkpoint_offs
         j["error"] = reader.error().message;
         return j;
     }
-    const bool count = bytes <= log_count_bytes_max;
+    const bool count = bytes <= inspect_log_count_bytes_max;
     j["counted"] = count;
     uint64_t by_type[4] = {0, 0, 0, 0};
     uint64_t after_checkpoint = 0;
@@ -265,166 +260,6 @@ json inspect_side(lmdb::Store& store) {
     return j;
 }
 
-std::string age_text(int64_t ms) {
-    if (ms < 0) return "in the future (clock changed?)";
-    return core::format_duration(ms / 1000 * 1000) + " ago";
-}
-
-void print_log(const json& l, std::ostream& out) {
-    out << "\nlog (" << l["dir"].get<std::string>() << "):\n";
-    if (!l["present"].get<bool>())
-        out << "  no log directory\n";
-    else if (l.contains("segments")) {
-        out << "  " << l["segments"] << " segments, " << l["bytes"] << " bytes";
-        if (l.contains("first_offset"))
-            out << ", offsets " << l["first_offset"] << " .. " << l["end_offset"];
-        out << "\n";
-        if (l.contains("oldest_ingest_ms"))
-            out << "  oldest ingest " << utc_text(l["oldest_ingest_ms"].get<int64_t>())
-                << ", newest " << utc_text(l["newest_ingest_ms"].get<int64_t>()) << "\n";
-        if (l.contains("records")) {
-            const json& r = l["records"];
-            out << "  records: " << r["total"] << " (" << r["message"] << " message, " << r["tick"]
-                << " tick, " << r["malformed"] << " malformed)\n";
-        } else if (l.contains("counted")) {
-            out << "  records: (not counted: the log is over "
-                << core::format_size(log_count_bytes_max) << ")\n";
-        }
-    }
-    if (l.contains("error")) out << "  error: " << l["error"].get<std::string>() << "\n";
-}
-
-void print_store(const json& s, std::ostream& out) {
-    out << "\nstate (" << s["dir"].get<std::string>() << "):\n";
-    if (s.contains("error")) out << "  " << s["error"].get<std::string>() << "\n";
-    if (s.contains("checkpoint")) {
-        const json& c = s["checkpoint"];
-        if (c.is_null())
-            out << "  no checkpoint yet\n";
-        else {
-            out << "  checkpoint " << age_text(c["age_ms"].get<int64_t>()) << " ("
-                << utc_text(c["checkpoint_ms"].get<int64_t>()) << "), log offset "
-                << c["log_offset"];
-            if (c.contains("behind_bytes")) out << ", " << c["behind_bytes"] << " bytes";
-            if (c.contains("behind_records")) out << " / " << c["behind_records"] << " records";
-            if (c.contains("behind_bytes")) out << " behind the log end";
-            out << "\n";
-        }
-    }
-    if (s.contains("state_entries"))
-        out << "  " << s["state_entries"] << " state entries, " << s["state_bytes"] << " bytes\n";
-    if (s.contains("map_used_bytes")) out << "  map: " << s["map_used_bytes"] << " bytes used\n";
-}
-
-// The windows with the most too-late events, one a line, as health lists them.
-void print_too_late_windows(const json& p, std::ostream& out) {
-    if (!p.contains("too_late_windows") || p["too_late_windows"].empty()) return;
-    out << "  windows with the most too-late events:\n";
-    for (const json& w : p["too_late_windows"])
-        out << "    " << utc_text(w["start_ms"].get<int64_t>()) << " .. "
-            << utc_text(w["end_ms"].get<int64_t>()) << ": " << w["too_late"] << "\n";
-    if (p["too_late_windows_dropped"].get<uint64_t>() > 0)
-        out << "    (" << p["too_late_windows_dropped"]
-            << " too-late events not counted against their window: the table of "
-            << p["too_late_windows_tracked"] << " windows was full)\n";
-}
-
-void print_pipeline(const json& p, std::ostream& out) {
-    out << "\npipeline " << p["name"].get<std::string>() << ":\n"
-        << "  open windows " << p["open_windows"] << ", keys " << p["keys"] << ", state "
-        << p["state_bytes"] << " bytes\n"
-        << "  watermark " << utc_text(p["watermark_ms"].get<int64_t>()) << " ("
-        << (p["watermark_lag_ms"].is_null() ? std::string("none yet")
-                                            : p["watermark_lag_ms"].dump() + " ms behind ingest")
-        << "), partitions " << p["partitions_active"] << " active, " << p["partitions_idle"]
-        << " idle\n"
-        << "  events in " << p["events_in"] << ", late-updated " << p["late_updated"]
-        << ", too late " << p["too_late"] << ", clamped " << p["clamped"] << ", malformed "
-        << p["malformed"] << ", fields missing " << p["fields_missing"] << "\n"
-        << "  emitted " << p["emitted"]["final"] << " final, " << p["emitted"]["update"]
-        << " update, " << p["emitted"]["retract"] << " retract; refused " << p["keys_refused"]
-        << " keys, " << p["windows_refused"] << " windows\n";
-    print_too_late_windows(p, out);
-    if (p["events_in"].get<uint64_t>() > 0)
-        out << "  lag p50 " << p["lag_ms"]["p50"] << " ms, p99 " << p["lag_ms"]["p99"]
-            << " ms, p99.9 " << p["lag_ms"]["p999"] << " ms\n";
-}
-
-void print_outbox(const json& o, std::ostream& out) {
-    out << "\noutbox:\n";
-    if (o.contains("rows"))
-        out << "  " << o["rows"] << " rows, " << o["bytes"] << " bytes, oldest seq "
-            << o["oldest_seq"] << "; dropped " << o["dropped"] << ", compacted " << o["compacted"]
-            << ", duplicates skipped " << o["duplicates_skipped"] << "\n";
-    if (o.contains("first_rows"))
-        for (const json& r : o["first_rows"])
-            out << "  #" << r["seq"] << " " << r["pipeline"].get<std::string>() << " key "
-                << r["key"].get<std::string>() << " window "
-                << utc_text(r["window"]["start"].get<int64_t>()) << " .. "
-                << utc_text(r["window"]["end"].get<int64_t>()) << " "
-                << r["kind"].get<std::string>() << " rev " << r["revision"] << "\n";
-    if (o.contains("error")) out << "  error: " << o["error"].get<std::string>() << "\n";
-}
-
-void print_side(const json& sd, std::ostream& out) {
-    out << "\nside output:\n";
-    if (sd.contains("rows"))
-        out << "  " << sd["rows"] << " rows, " << sd["bytes"] << " bytes, dropped " << sd["dropped"]
-            << "\n";
-    if (sd.contains("latest"))
-        for (const json& r : sd["latest"]) {
-            out << "  #" << r["seq"];
-            if (r.contains("pipeline")) out << " " << r["pipeline"].get<std::string>();
-            if (r.contains("key")) out << " key " << r["key"].get<std::string>();
-            if (r.contains("reason")) out << ": " << r["reason"].get<std::string>();
-            out << "\n";
-        }
-    if (sd.contains("latest_scan_stopped_rows"))
-        out << "  (the walk stopped after " << sd["latest_scan_stopped_rows"]
-            << " rows: newer rows are not shown)\n";
-    if (sd.contains("error")) out << "  error: " << sd["error"].get<std::string>() << "\n";
-}
-
-void print_versions(const json& versions, std::ostream& out) {
-    out << "\nversions:\n";
-    for (const json& v : versions) {
-        out << "  " << v["name"].get<std::string>() << ": " << v["version"].get<std::string>();
-        if (!v["backfill"].get<bool>()) {
-            out << " live\n";
-            continue;
-        }
-        out << (v["live_version"].is_null()
-                    ? " (new)"
-                    : " (live now: " + v["live_version"].get<std::string>() + ")")
-            << (v["resumes"].get<bool>() ? " resumes its backfill: " : " would backfill ")
-            << v["records"] << " log records from offset " << v["from_offset"] << "\n";
-    }
-}
-
-void print_text(const json& j, std::ostream& out) {
-    out << "data_dir " << j["data_dir"].get<std::string>() << "\n";
-    print_log(j["log"], out);
-    const json& s = j["store"];
-    print_store(s, out);
-    if (j.contains("pipelines")) {
-        const json& ps = j["pipelines"];
-        if (ps.contains("error")) out << "  pipelines: " << ps["error"].get<std::string>() << "\n";
-        if (ps.contains("versions")) print_versions(ps["versions"], out);
-        if (ps.contains("list"))
-            for (const json& p : ps["list"])
-                print_pipeline(p, out);
-    } else if (!s.contains("error")) {
-        out << "\n(pipelines: pass --config to restore the state and show open windows, keys and "
-               "watermarks)\n";
-    }
-    if (j.contains("outbox")) print_outbox(j["outbox"], out);
-    if (j.contains("side")) print_side(j["side"], out);
-}
-
-}  // namespace
-
-namespace {
-
 // The state store, opened read-only beside the running service (never writes, never takes its
 // write lock), with its section of the report and why the report may be empty.
 struct StoreView {
@@ -548,7 +383,7 @@ int inspect_command(const InspectOptions& options, const core::Clock& clock) {
     if (options.json)
         std::cout << j.dump() << "\n";
     else
-        print_text(j, std::cout);
+        print_inspect_text(j.dump(-1, ' ', false, json::error_handler_t::replace), std::cout);
     std::cout.flush();
     if (j.contains("empty")) {
         std::cerr << "tidemark inspect: " << j["empty"].get<std::string>() << "\n";

@@ -14,8 +14,9 @@ class OutboxSource : public mqtt::OutboxSource {
   public:
     OutboxSource(lmdb::Store& store, const config::Config& config)
         : store_(store),
-          config_(config),
-          version_topic_(without_key_level(config.upstream->topic)),
+          results_topic_(config.upstream->topic, config.node_id),
+          version_topic_(without_key_level(config.upstream->topic) + "/version", config.node_id),
+          late_topic_(without_key_level(config.upstream->topic) + "/late", config.node_id),
           health_topic_(codec::expand_topic_template(config.health.topic, config.node_id, "", "")) {
     }
     Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
@@ -30,14 +31,10 @@ class OutboxSource : public mqtt::OutboxSource {
             // the highest). A health record (health.upstream): retained on health.topic, as on
             // the gateway broker, so that `tidemark status --broker` finds a fleet's where it
             // finds one gateway's.
-            std::string topic =
-                r.health_record ? health_topic_
-                : r.version_record || r.late_record
-                    ? codec::expand_topic_template(version_topic_, config_.node_id, r.pipeline,
-                                                   "") +
-                          (r.version_record ? "/version" : "/late")
-                    : codec::expand_topic_template(config_.upstream->topic, config_.node_id,
-                                                   r.pipeline, r.key);
+            std::string topic = r.health_record    ? health_topic_
+                                : r.version_record ? version_topic_.expand(r.pipeline, "")
+                                : r.late_record    ? late_topic_.expand(r.pipeline, "")
+                                                   : results_topic_.expand(r.pipeline, r.key);
             out.push_back({r.seq, std::move(topic), std::move(r.payload),
                            r.version_record || r.health_record});
         }
@@ -58,15 +55,19 @@ class OutboxSource : public mqtt::OutboxSource {
         return t;
     }
 
+    // Read from the config once, at start: a reload changes none of them (service_reload.cpp
+    // takes a reload's pipelines, backfill and log level only). Left per row: pipeline and key.
     lmdb::Store& store_;
-    const config::Config& config_;
-    std::string version_topic_;
+    codec::TopicTemplate results_topic_;
+    codec::TopicTemplate version_topic_;
+    codec::TopicTemplate late_topic_;
     std::string health_topic_;
 };
 
 class SideSource : public mqtt::OutboxSource {
   public:
-    SideSource(lmdb::Store& store, const config::Config& config) : store_(store), config_(config) {}
+    SideSource(lmdb::Store& store, const config::Config& config)
+        : store_(store), side_topic_(config.upstream->side_topic, config.node_id) {}
     Result<std::vector<mqtt::OutboundRow>> peek(uint64_t from_seq, size_t limit) override {
         auto rows = store_.side_peek(from_seq, limit);
         if (!rows) return fail(rows.error().message);
@@ -76,10 +77,7 @@ class SideSource : public mqtt::OutboxSource {
             // A row stored before side rows had columns names its pipeline and key in the
             // record; one that does not parse still goes, keyless.
             if (!r.columns_known) codec::side_record_columns(r.record, r.pipeline, r.key);
-            out.push_back({r.seq,
-                           codec::expand_topic_template(config_.upstream->side_topic,
-                                                        config_.node_id, r.pipeline, r.key),
-                           std::move(r.record)});
+            out.push_back({r.seq, side_topic_.expand(r.pipeline, r.key), std::move(r.record)});
         }
         return out;
     }
@@ -92,7 +90,7 @@ class SideSource : public mqtt::OutboxSource {
 
   private:
     lmdb::Store& store_;
-    const config::Config& config_;
+    codec::TopicTemplate side_topic_;
 };
 
 }  // namespace

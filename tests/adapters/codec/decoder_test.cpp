@@ -359,3 +359,60 @@ TEST_CASE("a key in a topic template stays one level and is never a wildcard", "
     CHECK(codec::expand_topic_template("r/{key}", "gw", "p", "caf\xc3\xa9\xff") ==
           "r/caf\xc3\xa9%FF");
 }
+
+// The template scanned per row, as the forwarder's sources did before they kept a
+// codec::TopicTemplate: the reference for it.
+namespace {
+std::string expand_per_row(std::string_view tmpl, std::string_view node_id,
+                           std::string_view pipeline, std::string_view key) {
+    std::string out;
+    for (size_t i = 0; i < tmpl.size();) {
+        std::string_view rest = tmpl.substr(i);
+        if (rest.starts_with("{node_id}")) {
+            codec::append_topic_level_escaped(out, node_id);
+            i += 9;
+        } else if (rest.starts_with("{pipeline}")) {
+            codec::append_topic_level_escaped(out, pipeline);
+            i += 10;
+        } else if (rest.starts_with("{key}")) {
+            codec::append_topic_level_escaped(out, key);
+            i += 5;
+        } else {
+            out += tmpl[i++];
+        }
+    }
+    return out;
+}
+}  // namespace
+
+TEST_CASE("a topic template read once expands as the template read per row", "[codec]") {
+    // The forwarder's sources read each template once (codec::TopicTemplate) with the node's
+    // id in it; per row only the pipeline and the key are filled. Values are never scanned for
+    // placeholders again, whichever of them holds one.
+    const std::vector<std::string> templates = {"tidemark/{node_id}/{pipeline}/{key}",
+                                                "{key}{pipeline}{node_id}",
+                                                "r/{key}/{key}",
+                                                "plain/topic",
+                                                "",
+                                                "{node",
+                                                "a/{pipeline",
+                                                "{node_id}}{",
+                                                "x/{KEY}/{key}/y"};
+    const std::vector<std::string> values = {
+        "", "gw-01", "{key}", "a/b+#%", "{pipeline}", std::string("n\0l", 3), "caf\xc3\xa9\xff"};
+    for (const std::string& t : templates)
+        for (const std::string& node : values) {
+            const codec::TopicTemplate once(t, node);
+            for (const std::string& pipeline : values)
+                for (const std::string& key : values) {
+                    INFO("template '" << t << "' node '" << node << "' pipeline '" << pipeline
+                                      << "' key '" << key << "'");
+                    CHECK(once.expand(pipeline, key) == expand_per_row(t, node, pipeline, key));
+                    CHECK(codec::expand_topic_template(t, node, pipeline, key) ==
+                          expand_per_row(t, node, pipeline, key));
+                }
+        }
+    const codec::TopicTemplate t("tidemark/{node_id}/{pipeline}/{key}", "{key}");
+    CHECK(t.expand("p/1", "{node_id}") == "tidemark/{key}/p%2F1/{node_id}");
+    CHECK(codec::TopicTemplate("{node", "gw").expand("p", "k") == "{node");
+}
