@@ -15,7 +15,9 @@
 //    backfills the whole log while the same live feed runs, until --after-s (default 15) past
 //    B's switch. Delays are split at the switch: records appended before it, and after it.
 // 3. Replay: `tidemark replay` (replay_command) of pipeline B over the same log, out /dev/null,
-//    3 runs, median.
+//    --replays N runs (default 3), median. busy_vs_replay and wall_vs_share_replay (issue 31)
+//    put the backfill's busy and wall rates against replay's (the wall one against max_share x
+//    replay's).
 // A drain thread deletes outbox rows as the forwarder does on PUBACK, so the outbox stays small.
 // fsync `never`: step() then reads up to the written end, so the delays are the engine's, not
 // the fsync interval's (with `interval` a live record also waits up to storage.fsync_interval).
@@ -51,7 +53,6 @@ constexpr size_t step_records_max = 4096;       // runtime.cpp's
 constexpr size_t backfill_records_max = 65536;  // runtime.cpp's
 constexpr auto idle_sleep = std::chrono::milliseconds(20);
 constexpr auto backfill_wait_sleep = std::chrono::milliseconds(2);
-constexpr int replay_repetitions = 3;
 
 struct Options {
     double hours = 6;
@@ -61,6 +62,7 @@ struct Options {
     double baseline_s = 20;
     double after_s = 15;
     double share = 0.5;
+    int replays = 3;  // runs of phase 3; the median is replay's rate
 };
 
 void die(const std::string& message) {
@@ -476,15 +478,17 @@ int main(int argc, char** argv) {
             o.share = std::strtod(argv[++i], nullptr);
         else if (a == "--history-ratio")
             ratio = true;
+        else if (a == "--replays" && has)
+            o.replays = std::atoi(argv[++i]);
         else if (a == "--runs" && has)
             runs = std::atoi(argv[++i]);
         else
             die("usage: bench_backfill [--hours H] [--rate MSGS_PER_S] [--devices D] "
                 "[--live-rate MSGS_PER_S] [--baseline-s S] [--after-s S] [--share F] "
-                "[--history-ratio [--runs N]]");
+                "[--replays N] [--history-ratio [--runs N]]");
     }
     if (o.hours <= 0 || o.rate == 0 || o.devices == 0 || o.live_rate == 0 || o.baseline_s <= 0 ||
-        o.after_s < 0 || o.share <= 0 || o.share > 1)
+        o.after_s < 0 || o.share <= 0 || o.share > 1 || o.replays <= 0)
         die("every figure must be positive (--share at most 1)");
     if (ratio) return runs > 0 ? history_ratio(o, runs) : (die("--runs must be positive"), 1);
 
@@ -543,7 +547,7 @@ int main(int argc, char** argv) {
     }
     const uint64_t log_records = count_records(dir + "/log");
     std::vector<double> replay_rates;
-    for (int r = 0; r < replay_repetitions; ++r) {
+    for (int r = 0; r < o.replays; ++r) {
         firmware::ReplayOptions ro;
         ro.config_path = config_path;
         ro.pipeline = "dev_5m_p95";
@@ -567,6 +571,11 @@ int main(int argc, char** argv) {
     std::printf("backfill.busy_records_per_s: %.0f records/s\n", during.busy_records_per_s);
     std::printf("backfill.replay_records_per_s: %.0f records/s\n", replay_rate);
     std::printf("backfill.vs_replay: %.3f\n", wall_rate / replay_rate);
+    // Issue 31's restatement: the busy rate (time inside the backfill's slices, their outbox
+    // commits included) against replay's, and the wall rate against the share of replay's rate
+    // the backfill may take.
+    std::printf("backfill.busy_vs_replay: %.3f\n", during.busy_records_per_s / replay_rate);
+    std::printf("backfill.wall_vs_share_replay: %.3f\n", wall_rate / (o.share * replay_rate));
     std::printf("backfill.live_p99_delay_ms: %.2f ms\n", during_p99 - base_p99);
     std::printf("backfill.live_p99_delay_baseline_ms: %.2f ms\n", base_p99);
     std::printf("backfill.live_p99_delay_during_ms: %.2f ms\n", during_p99);

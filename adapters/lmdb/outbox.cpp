@@ -1,6 +1,6 @@
-// The outbox: result rows in seq order with their unique id index (in two generations),
-// the compaction index of the latest row per window (outbox_windows), the bound on its bytes,
-// and its durable counters in meta.
+// The outbox but its appends (outbox_append.cpp): peeks and their claim, deletes and the sweep
+// of the compaction index (outbox_windows), the pruning of the id index's generations, the stats,
+// and the durable counters in meta both files keep.
 #include <lmdb.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "adapters/lmdb/outbox_internal.h"
 #include "adapters/lmdb/row_codec.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/lmdb/store_internal.h"
@@ -45,11 +46,7 @@ StoreResult<uint64_t> Store::Impl::remove_outbox_row(MDB_txn* txn, uint64_t seq,
     return cost;
 }
 
-namespace {
-
-struct OutboxCounters {
-    uint64_t seq_next = 0, bytes = 0, dropped = 0, duplicates = 0, compacted = 0;
-};
+namespace detail {
 
 StoreResult<OutboxCounters> load_outbox_counters(Store::Impl& impl, MDB_txn* txn) {
     OutboxCounters c;
@@ -80,21 +77,6 @@ StoreResult<void> store_outbox_counters(Store::Impl& impl, MDB_txn* txn, const O
     return {};
 }
 
-constexpr std::string_view append_what = "appending to the outbox";
-
-// The id index's two generations (Store::prune_ids): new ids go into `current`; every id in
-// `older` has a seq below `older_below` (0: older is empty).
-struct IdGenerations {
-    MDB_dbi current = 0, older = 0;
-    uint64_t slot = 0;  // meta_outbox_ids_current: which of impl.ids is current
-    uint64_t older_below = 0;
-    uint64_t legacy_slots = 0;  // meta_outbox_ids_legacy_slots: bit s, impl.ids[s]
-    bool legacy(bool current_one) const {
-        const uint64_t s = current_one ? slot : 1 - slot;
-        return (legacy_slots >> s & 1) != 0;
-    }
-};
-
 StoreResult<IdGenerations> load_id_generations(Store::Impl& impl, MDB_txn* txn) {
     IdGenerations g;
     auto read = impl.get_u64s(txn,
@@ -113,161 +95,6 @@ StoreResult<IdGenerations> load_id_generations(Store::Impl& impl, MDB_txn* txn) 
     g.older = impl.ids[1 - g.slot];
     return g;
 }
-
-// One outbox_append transaction and what it has done so far.
-struct AppendBatch {
-    Store::Impl& impl;
-    MDB_txn* txn;
-    const StoreOptions& options;
-    uint64_t claimed;  // rows with a seq below it may be on the wire: never compacted
-    OutboxCounters counters;
-    IdGenerations ids;
-    uint64_t bytes_before = 0;     // the outbox's bytes before the batch
-    uint64_t batch_seq_first = 0;  // the seq of the batch's first row
-    AppendResult result;
-};
-
-// Compacts the unsent row that row supersedes in its window, if any. Returns whether row itself
-// is still to be written.
-StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::string_view wkey) {
-    auto latest = b.impl.get(b.txn, b.impl.windows, wkey, append_what);
-    if (!latest) return std::unexpected(latest.error());
-    const uint64_t old_seq = (*latest && (**latest).size() == 8) ? u64_of_key(**latest) : 0;
-    OutboxRow old;
-    bool old_unsent = false;
-    if (old_seq != 0 && old_seq >= b.claimed) {
-        auto ov = b.impl.get(b.txn, b.impl.outbox, u64_key(old_seq), append_what);
-        if (!ov) return std::unexpected(ov.error());
-        old_unsent = *ov && decode_outbox_row(**ov, old_seq, old);
-    }
-    // Only a final/update is ever superseded: an unsent retract cancels a row that may have
-    // reached the consumer, so it must travel.
-    const auto retract = core::EmissionKind::retract;
-    if (!old_unsent || old.kind == retract) return true;
-    // A retract of the unsent row cancels it only when the consumer can hold nothing of the
-    // window from before it (it is the window's first row, or its previous revision was
-    // retracted first); else the consumer may hold an earlier revision, which only the retract
-    // withdraws: it replaces the unsent row and travels (issue 24: a session merged away in
-    // upsert mode, its update and the merge's retract both dropped, left the consumer with the
-    // final it had been sent).
-    const bool nothing_before_old =
-        (old.revision == 0 && old.kind == core::EmissionKind::final_result) || old.after_retract;
-    const bool retracts_old = row.kind == retract && row.revision == old.revision;
-    const bool cancels_old = retracts_old && nothing_before_old;
-    const bool replaces_old =
-        (row.kind != retract && row.revision > old.revision) || (retracts_old && !cancels_old);
-    if (!cancels_old && !replaces_old) return true;
-    auto removed = b.impl.remove_outbox_row(b.txn, old_seq, append_what);
-    if (!removed) return std::unexpected(removed.error());
-    b.counters.bytes -= *removed;
-    // A retract of a row never sent: neither was sent, nothing to show, nothing to cancel.
-    b.result.compacted += cancels_old ? 2 : 1;
-    return !cancels_old;
-}
-
-// A health row replaces the health row before it, whether or not a peek has returned it
-// (outbox_health_rows_max says why that is safe), and whatever compact_superseded says.
-StoreResult<void> replace_health_row(AppendBatch& b, std::string_view wkey) {
-    auto latest = b.impl.get(b.txn, b.impl.windows, wkey, append_what);
-    if (!latest) return std::unexpected(latest.error());
-    if (!*latest || (**latest).size() != 8) return {};
-    auto removed = b.impl.remove_outbox_row(b.txn, u64_of_key(**latest), append_what);
-    if (!removed) return std::unexpected(removed.error());
-    if (*removed == 0) return {};  // delivered (or dropped) already: a stale index entry
-    b.counters.bytes -= *removed;
-    ++b.result.compacted;
-    return {};
-}
-
-// Appends one row: its id in the unique index (or skipped as a duplicate), compaction of the row
-// it supersedes, the row itself and its window's latest seq.
-StoreResult<void> append_row(AppendBatch& b, const OutboxRow& row) {
-    Store::Impl& impl = b.impl;
-    const std::string key = id_key(row);
-    const MDB_dbi generations[] = {b.ids.current, b.ids.older};
-    const size_t looked_in = b.ids.older_below == 0 ? 1 : 2;  // 0: the older one is empty
-    for (size_t i = 0; i < looked_in; ++i) {
-        auto seen = impl.get(b.txn, generations[i], key, append_what);
-        if (!seen) return std::unexpected(seen.error());
-        // Until prune_ids drops a generation an upgrade found ids in, they are found by the id
-        // alone, as format 7 keyed them.
-        if (!*seen && b.ids.legacy(i == 0)) {
-            seen = impl.get(b.txn, generations[i], u64_key(row.id), append_what);
-            if (!seen) return std::unexpected(seen.error());
-        }
-        if (*seen) {
-            ++b.result.duplicates_skipped;
-            return {};
-        }
-    }
-    const uint64_t seq = b.counters.seq_next++;
-    const std::string seq_key = u64_key(seq);
-    // The id stays known even if the row is compacted or dropped: a regenerated emission after
-    // a crash is recognised either way.
-    if (auto p = impl.put(b.txn, b.ids.current, key, seq_key, MDB_NOOVERWRITE, append_what); !p)
-        return p;
-    const auto wkey = window_key(row);
-    if (row.health_record) {
-        TM_ASSERT(wkey);
-        if (auto r = replace_health_row(b, *wkey); !r) return r;
-    } else if (b.options.compact_superseded && wkey) {
-        auto write_row = compact_superseded(b, row, *wkey);
-        if (!write_row) return std::unexpected(write_row.error());
-        if (!*write_row) return {};
-    }
-    const std::string value = encode_outbox_row(row);
-    if (auto p = impl.put(b.txn, impl.outbox, seq_key, value, MDB_APPEND, append_what); !p)
-        return p;
-    b.counters.bytes += value.size() + row_key_bytes;
-    ++b.result.appended;
-    if (wkey) return impl.put(b.txn, impl.windows, *wkey, seq_key, 0, append_what);
-    return {};
-}
-
-// when_full = drop_oldest: deletes the oldest rows, sent or not, until the outbox is within
-// outbox_bytes_max. Rows of this batch may go too (then they count as dropped, not appended).
-StoreResult<void> drop_oldest(AppendBatch& b) {
-    MDB_cursor* cur;
-    if (int rc = mdb_cursor_open(b.txn, b.impl.outbox, &cur); rc != 0)
-        return std::unexpected(b.impl.error(rc, append_what));
-    while (b.counters.bytes > b.options.outbox_bytes_max) {
-        MDB_val k, v;
-        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        if (rc == MDB_NOTFOUND) break;
-        if (rc != 0) {
-            mdb_cursor_close(cur);
-            return std::unexpected(b.impl.error(rc, append_what));
-        }
-        const uint64_t seq = u64_of_key(view(k));
-        auto removed = b.impl.remove_outbox_row(b.txn, seq, append_what);
-        if (!removed) {
-            mdb_cursor_close(cur);
-            return std::unexpected(removed.error());
-        }
-        b.counters.bytes -= *removed;
-        ++b.result.dropped;
-        if (seq >= b.batch_seq_first) --b.result.appended;
-    }
-    mdb_cursor_close(cur);
-    return {};
-}
-
-// The bound, once the batch is in: nothing to do within it; beyond it drop_oldest, or refuse
-// the batch (pause_ingest: errc::full with an empty message, filled in by outbox_append).
-StoreResult<void> enforce_bound(AppendBatch& b) {
-    const uint64_t bytes = b.counters.bytes;
-    if (bytes <= b.options.outbox_bytes_max || bytes <= b.bytes_before) return {};
-    if (b.options.outbox_when_full == WhenFull::drop_oldest) return drop_oldest(b);
-    // An empty outbox takes the batch whatever its size (one engine step's results, bounded by
-    // the runtime): refused, a batch larger than the bound would wait forever for a drain that
-    // has nothing left to drain.
-    if (b.bytes_before == 0) return {};
-    return std::unexpected(StoreError{errc::full, ""});
-}
-
-}  // namespace
-
-namespace detail {
 
 // LMDB hands the pages a commit frees back only two commits later (the snapshot before it must
 // stay whole until the next meta page is durable). In a map used up to its reserve, the pages a
@@ -292,49 +119,6 @@ void release_freed_pages(Store::Impl& impl, std::string_view meta_key) {
 }
 
 }  // namespace detail
-
-StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) {
-    TM_WRITABLE();
-    // Which rows may be compacted is decided against the claim under claim_mutex_, held until
-    // the commit: a peek before it has claimed its rows, a peek after it sees the compaction.
-    // Taken inside the write txn, so a peek waits for this append only, not for other writers.
-    std::unique_lock claim_lock(claim_mutex_, std::defer_lock);
-    uint64_t full_bytes = 0;
-    auto r = impl_->write_within_reserve<AppendResult>(
-        append_what, [&](MDB_txn* txn) -> StoreResult<AppendResult> {
-            if (options_.compact_superseded) claim_lock.lock();
-            auto counters = load_outbox_counters(*impl_, txn);
-            if (!counters) return std::unexpected(counters.error());
-            auto ids = load_id_generations(*impl_, txn);
-            if (!ids) return std::unexpected(ids.error());
-            AppendBatch b{*impl_,        txn,  options_,        claimed_seq_next_.load(),
-                          *counters,     *ids, counters->bytes, counters->seq_next,
-                          AppendResult{}};
-            for (const OutboxRow& row : rows)
-                if (auto a = append_row(b, row); !a) return std::unexpected(a.error());
-            if (auto e = enforce_bound(b); !e) {
-                full_bytes = b.counters.bytes;
-                return std::unexpected(e.error());
-            }
-            b.counters.dropped += b.result.dropped;
-            b.counters.duplicates += b.result.duplicates_skipped;
-            b.counters.compacted += b.result.compacted;
-            if (auto s = store_outbox_counters(*impl_, txn, b.counters); !s)
-                return std::unexpected(s.error());
-            return b.result;
-        });
-    if (claim_lock.owns_lock()) claim_lock.unlock();
-    if (!r && r.error().code == errc::full) {
-        r.error().message =
-            "LMDB store " + dir() + ": the outbox is full (" + std::to_string(full_bytes) +
-            " bytes with this batch, " +
-            "upstream.outbox.max_bytes = " + std::to_string(options_.outbox_bytes_max) +
-            ", when_full = pause_ingest); nothing was written. Ingest pauses "
-            "until the forwarder drains it";
-    }
-    if (r) crash_point(CrashPoint::after_outbox_append);
-    return r;
-}
 
 StoreResult<std::vector<OutboxRow>> Store::outbox_peek(uint64_t from_seq, size_t limit) {
     // The snapshot and the claim under one lock with outbox_append's compaction (see there): no

@@ -66,6 +66,12 @@ std::string u64_value(uint64_t v) {
 // i64 (format 8).
 std::string encode_outbox_row(const OutboxRow& row) {
     std::string out;
+    encode_outbox_row(row, out);
+    return out;
+}
+
+void encode_outbox_row(const OutboxRow& row, std::string& out) {
+    out.clear();
     out.reserve(56 + row.pipeline.size() + row.key.size() + row.payload.size() +
                 row.version.size());
     bytes::put_u64(out, row.id);
@@ -86,7 +92,6 @@ std::string encode_outbox_row(const OutboxRow& row) {
     bytes::put_str(out, row.version);
     out.push_back(row.after_retract ? 1 : 0);
     if (row.late_record) bytes::put_i64(out, row.late_since_ms);
-    return out;
 }
 
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
@@ -123,10 +128,14 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
 
 std::string id_key(const OutboxRow& row) {
     std::string k;
-    k.reserve(16);
-    bytes::put_i64_sortable(k, row.window_end_ms);
-    k += u64_key(row.id);
+    k.reserve(id_key_bytes);
+    append_id_key(k, row);
     return k;
+}
+
+void append_id_key(std::string& out, const OutboxRow& row) {
+    bytes::put_i64_sortable(out, row.window_end_ms);
+    bytes::put_i64_sortable(out, static_cast<int64_t>(row.id ^ sign_bit));  // u64_key(row.id)
 }
 
 std::optional<std::string> window_key(const OutboxRow& row) {

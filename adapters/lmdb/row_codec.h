@@ -32,6 +32,8 @@ std::string u64_value(uint64_t v);
 /// An outbox row's value (its seq is the key). Format 2 appended enqueued_ms; a row without it
 /// (format 1) decodes with enqueued_ms = 0.
 std::string encode_outbox_row(const OutboxRow& row);
+/// The same bytes into out (cleared first), so that a batch reuses one buffer.
+void encode_outbox_row(const OutboxRow& row, std::string& out);
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 
 /// A row's key in the id index (format 8): its window's end (sortable), then its id. Emissions
@@ -40,6 +42,9 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 /// with every row until a checkpoint prunes it (issue 31). The id is a hash of the window among
 /// the rest, so one id has one window end and one key.
 std::string id_key(const OutboxRow& row);
+/// id_key's bytes appended to out; always id_key_bytes of them.
+void append_id_key(std::string& out, const OutboxRow& row);
+inline constexpr size_t id_key_bytes = 16;
 
 /// The compaction index key of a row: pipeline, version, key, window; for a health row one key
 /// of its own (every health row shares it). nullopt for a version record and when it would

@@ -1,7 +1,8 @@
 // The LMDB store: window state and checkpoint meta, the outbox and the side output, in one
 // environment in StoreOptions::dir (the service passes data_dir/state; DESIGN.md sections 1
 // and 5). The one public header of adapters/lmdb: store_internal.h and row_codec.h are its
-// private parts, one .cpp per thing stored (env, checkpoint, state, outbox, side).
+// private parts, one .cpp per thing stored (env, checkpoint, state, outbox, side; the outbox's
+// appends in outbox_append.cpp).
 #pragma once
 
 #include <atomic>
@@ -29,16 +30,16 @@ class CheckpointTxn;
 /// `meta` (format_version, checkpoint, outbox/side seq and counters), `state` (engine state,
 /// opaque sortable keys), `outbox` (seq -> row), `outbox_ids` and `outbox_id_seqs` ((window
 /// end, id) -> seq, the unique index in two generations, so that prune_ids drops a whole tree),
-/// `outbox_windows` (pipeline+version+key+window -> latest seq, for compaction, and one key for
-/// the health row; the entries of deleted rows are swept by later deletes, a few consecutive pages
-/// per commit) and `side` (seq -> pipeline, key, record; meta keeps the high-water log position of
-/// the side records, for their dedupe). Every write is one transaction committed with a full
-/// fsync: power loss costs at most the writes not yet returned, never integrity. A failed write
-/// leaves nothing behind (the txn is aborted), except that the deletes (outbox_delete,
-/// side_delete) split themselves into several transactions when the map is full: a failure may
-/// then leave part of them done. open() checks an existing store read-only before anything is
-/// written to it: a damaged store or one of an unknown format version is refused and left byte
-/// for byte as it was.
+/// `outbox_windows` (pipeline+version+key+window -> latest seq, written only with
+/// compact_superseded, its one reader; and one key for the health row, always; the entries of
+/// deleted rows are swept by later deletes, a few consecutive pages per commit) and `side` (seq ->
+/// pipeline, key, record; meta keeps the high-water log position of the side records, for their
+/// dedupe). Every write is one transaction committed with a full fsync: power loss costs at most
+/// the writes not yet returned, never integrity. A failed write leaves nothing behind (the txn is
+/// aborted), except that the deletes (outbox_delete, side_delete) split themselves into several
+/// transactions when the map is full: a failure may then leave part of them done. open() checks an
+/// existing store read-only before anything is written to it: a damaged store or one of an unknown
+/// format version is refused and left byte for byte as it was.
 ///
 /// Concurrency: all methods may be called from any thread. LMDB serialises write transactions;
 /// reads (for_each_state, stats, side_peek) never block or are blocked by writes. outbox_peek is
@@ -127,8 +128,8 @@ class Store {
     /// that only looks (tests, benchmarks) also stops compaction of what it saw.
     StoreResult<std::vector<OutboxRow>> outbox_peek(uint64_t from_seq, size_t limit);
     /// Deletes rows (on PUBACK); missing seqs are fine. Their ids stay in the index (prune_ids);
-    /// their outbox_windows entries stay until a later delete's sweep (4 entries looked at per
-    /// row deleted) removes them: at most about a third of the rows the outbox held stay stale.
+    /// their outbox_windows entries (if any) stay until a later delete's sweep (4 entries looked at
+    /// per row deleted) removes them: at most about a third of the rows the outbox held stay stale.
     /// In a full map the rows go in smaller transactions (halves, down to one row); an error
     /// (map_full, disk_full) may leave part of them deleted: delete them all again.
     StoreResult<void> outbox_delete(std::span<const uint64_t> seqs);

@@ -165,6 +165,84 @@ TEST_CASE("a checkpoint covering every row forgets every id, in one drop per gen
     CHECK(raw_entries(tmp.store(), "outbox_ids") + raw_entries(tmp.store(), "outbox_id_seqs") == 1);
 }
 
+TEST_CASE("a batch's ids are deduplicated in any order: the first of a repeated id is kept",
+          "[lmdb][outbox]") {
+    // The batch is looked up in key order (window end, id), not in row order: rows still get
+    // their seqs in row order, and the dedupe is what a lookup per row in row order decided.
+    TempDir tmp;
+    auto s = open_store(options(tmp.store()));
+    // Ids 1-3 in the older generation, 4-5 in the current one.
+    append(*s, {row(1, "a", 0, 0, k_final), row(2, "b", 60000, 0, k_final),
+                row(3, "c", 120000, 0, k_final)});
+    REQUIRE(s->prune_ids(1).value() == 0);  // current -> older, nothing forgotten
+    append(*s, {row(4, "d", 0, 0, k_final), row(5, "e", 180000, 0, k_final)});
+    const uint64_t seq_next = s->outbox_stats()->seq_next;
+    // Window ends out of order, repeats inside the batch (the second copy has another payload:
+    // it must not be the one kept), ids of both generations.
+    auto a = append(
+        *s, {row(9, "x", 240000, 0, k_final, R"({"first":9})"), row(2, "b", 60000, 0, k_final),
+             row(7, "y", 0, 0, k_final), row(9, "x", 240000, 0, k_final, R"({"second":9})"),
+             row(5, "e", 180000, 0, k_final), row(8, "z", 120000, 0, k_final),
+             row(7, "y", 0, 0, k_final), row(6, "w", 300000, 0, k_final)});
+    CHECK(a.appended == 4);
+    CHECK(a.duplicates_skipped == 4);
+    const auto rows = s->outbox_peek(seq_next, 100).value();
+    REQUIRE(rows.size() == 4);
+    std::vector<uint64_t> ids, seqs;
+    for (const OutboxRow& r : rows) {
+        ids.push_back(r.id);
+        seqs.push_back(r.seq);
+    }
+    CHECK(ids == std::vector<uint64_t>{9, 7, 8, 6});
+    CHECK(seqs == std::vector<uint64_t>{seq_next, seq_next + 1, seq_next + 2, seq_next + 3});
+    CHECK(rows[0].payload == R"({"first":9})");
+    // Every one of them is known now, in one batch or another.
+    auto b = append(*s, {row(6, "w", 300000, 0, k_final), row(8, "z", 120000, 0, k_final),
+                         row(1, "a", 0, 0, k_final), row(9, "x", 240000, 0, k_final)});
+    CHECK(b.appended == 0);
+    CHECK(b.duplicates_skipped == 4);
+    CHECK(s->outbox_stats()->duplicates_skipped == 8);
+}
+
+TEST_CASE("without compaction, appends write no compaction index but the health row's",
+          "[lmdb][outbox]") {
+    // Nothing reads a result's entry when compaction is off: a store opened again claims every
+    // row it holds, so no entry from before is ever used to compact, whatever the next run's
+    // option (issue 31: the entries were a third of what a backfill's appends wrote).
+    TempDir tmp;
+    auto o = options(tmp.store());
+    o.compact_superseded = false;
+    {
+        auto s = open_store(o);
+        auto a = append(*s, {row(1, "a", 0, 0, k_final), row(2, "a", 0, 1, k_update),
+                             row(3, "b", 0, 0, k_final)});
+        CHECK(a.appended == 3);
+        CHECK(a.compacted == 0);
+        OutboxRow health;
+        health.id = 10;
+        health.health_record = true;
+        health.payload = "{}";
+        CHECK(append(*s, {health}).appended == 1);
+        health.id = 11;
+        auto h = append(*s, {health});
+        CHECK(h.appended == 1);
+        CHECK(h.compacted == 1);  // the health row is still replaced by the next one
+        CHECK(s->outbox_stats()->health_rows == 1);
+        CHECK(s->outbox_stats()->rows == 4);
+    }
+    CHECK(raw_entries(tmp.store(), "outbox_windows") == 1);  // the health row's
+    // The same store opened with compaction: the rows from before are sent as they are (the
+    // open claimed them); rows appended from then on compact each other.
+    o.compact_superseded = true;
+    auto s = open_store(o);
+    auto c = append(*s, {row(20, "a", 0, 2, k_update), row(21, "c", 0, 0, k_final)});
+    CHECK(c.appended == 2);
+    CHECK(c.compacted == 0);
+    auto d = append(*s, {row(22, "c", 0, 1, k_update)});
+    CHECK(d.compacted == 1);
+    CHECK(ids_of(*s) == std::vector<uint64_t>{1, 2, 3, 11, 20, 22});
+}
+
 TEST_CASE("when_full = drop_oldest drops the oldest rows and counts them", "[lmdb][outbox]") {
     TempDir tmp;
     auto o = options(tmp.store());
