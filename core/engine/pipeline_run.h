@@ -190,6 +190,8 @@ class PipelineRun {
     bool session_too_late(const KeyState* k, int64_t t, int64_t wm) const;
     void session_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
                        const Event& event, EmissionSink& sink);
+    void session_event_slow(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
+                            const Event& event, EmissionSink& sink);
     void session_merge(KeyState& k, SessionSpan span, int64_t start, int64_t end, int64_t last_ms,
                        bool late, int64_t t, const Event& event, int64_t wm, EmissionSink& sink);
 
