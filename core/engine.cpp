@@ -284,6 +284,19 @@ void Engine::process(uint32_t pipeline, const Event& event, EmissionSink& sink) 
     impl_->pipelines[pipeline]->process(event, sink);
 }
 
+// Three rounds over the pipelines, each reading what the round before started to load: the
+// hash slots, then the keys' state, then the newest window and the partition of each key.
+void Engine::prefetch(std::span<const uint32_t> pipelines, std::string_view key,
+                      std::string_view partition) {
+    const bool composite = !partition.empty() && partition != key;
+    const uint64_t hash = detail::hash_name(key);
+    for (int stage = 0; stage < 3; ++stage)
+        for (const uint32_t p : pipelines) {
+            TM_ASSERT(p < impl_->pipelines.size());
+            impl_->pipelines[p]->prefetch(stage, hash, composite);
+        }
+}
+
 const PipelineStats& Engine::stats(uint32_t pipeline) const {
     TM_ASSERT(pipeline < impl_->pipelines.size());
     return impl_->pipelines[pipeline]->stats();

@@ -122,6 +122,20 @@ class NameTable {
         }
     }
 
+    // Engine::prefetch's hints, no effect on results: the slot a lookup of `hash` probes
+    // first, and the first item stored under `hash` (not compared by name: a wrong guess only
+    // costs a wasted prefetch).
+    TM_HOT void prefetch_slot(uint64_t hash) const {
+        if (!slots_.empty()) __builtin_prefetch(&slots_[hash & mask_]);
+    }
+    TM_HOT T* probe_hash(uint64_t hash) const {
+        if (slots_.empty()) return nullptr;
+        for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+            const Slot& s = slots_[i];
+            if (!s.item || s.hash == hash) return s.item;
+        }
+    }
+
     // `item->name` must not be in the table yet.
     void insert(T* item, uint64_t hash) {
         if (2 * (size_ + 1) > slots_.size()) grow();

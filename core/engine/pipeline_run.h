@@ -68,6 +68,9 @@ class PipelineRun {
 
     void advance(int64_t now_ms, EmissionSink& sink);
     void process(const Event& event, EmissionSink& sink);
+    // One round of Engine::prefetch for the key whose name hashes to `hash` (`composite`: the
+    // event names a partition other than its key).
+    void prefetch(int stage, uint64_t hash, bool composite) const;
     const PipelineStats& stats();
 
     void checkpoint(StateWriter& w);
@@ -190,6 +193,8 @@ class PipelineRun {
     bool session_too_late(const KeyState* k, int64_t t, int64_t wm) const;
     void session_event(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
                        const Event& event, EmissionSink& sink);
+    void session_event_slow(KeyState* k, std::string_view key, Partition* p, Domain& d, int64_t t,
+                            const Event& event, EmissionSink& sink);
     void session_merge(KeyState& k, SessionSpan span, int64_t start, int64_t end, int64_t last_ms,
                        bool late, int64_t t, const Event& event, int64_t wm, EmissionSink& sink);
 
@@ -403,6 +408,29 @@ inline KeyState* PipelineRun::admit_key(KeyState* k, std::string_view key, Parti
     }
     if (!scope_partition_) set_key_partition(*k, p);
     return k;
+}
+
+inline void PipelineRun::prefetch(int stage, uint64_t hash, bool composite) const {
+    // Scope partition keys a composite name (see process): not worth hashing here.
+    if (scope_partition_ && composite) return;
+    if (stage == 0) {
+        keys_.prefetch_slot(hash);
+        return;
+    }
+    const KeyState* k = keys_.probe_hash(hash);
+    if (!k) return;
+    if (stage == 1) {
+        __builtin_prefetch(k);
+        __builtin_prefetch(reinterpret_cast<const char*>(k) + 64);
+        return;
+    }
+    if (!k->units.empty()) {
+        // What an event touches of a unit is its first 64 bytes, maybe across two lines.
+        const char* u = reinterpret_cast<const char*>(&k->units.back());
+        __builtin_prefetch(u);
+        __builtin_prefetch(u + 63);
+    }
+    if (k->partition) __builtin_prefetch(k->partition);
 }
 
 TM_HOT void PipelineRun::fire_due(Domain& d, EmissionSink& sink) {

@@ -94,8 +94,9 @@ bool PipelineRun::session_too_late(const KeyState* k, int64_t t, int64_t wm) con
     return sat_add(span.end, lateness_ms_) <= wm;
 }
 
-void PipelineRun::session_event(KeyState* k, std::string_view key, Partition* p, Domain& d,
-                                int64_t t, const Event& event, EmissionSink& sink) {
+// Every event the fast path of session_event (sessions.h) does not take.
+void PipelineRun::session_event_slow(KeyState* k, std::string_view key, Partition* p, Domain& d,
+                                     int64_t t, const Event& event, EmissionSink& sink) {
     const int64_t wm = d.watermark;
     const int64_t gap = spec_.window.gap_ms;
     const int64_t t_end = sat_add(t, gap);

@@ -42,6 +42,9 @@ struct Processor::Impl {
         bool matched = false;
         bool decoded = false;
         codec::DecodeStatus status = codec::DecodeStatus::ok;
+        // Its pipelines: when there are several, the engine is told which key they are about
+        // to process (Engine::prefetch), so that their state loads side by side.
+        std::vector<uint32_t> members;
     };
     std::vector<uint32_t> group_of;   // per pipeline
     std::unique_ptr<Group[]> groups;  // at most one per pipeline (Group cannot move)
@@ -84,6 +87,8 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
         impl->group_of.push_back(group);
     }
     impl->groups = std::make_unique<Impl::Group[]>(groups);
+    for (uint32_t i = 0; i < impl->group_of.size(); ++i)
+        impl->groups[impl->group_of[i]].members.push_back(i);
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
     std::unique_ptr<Processor> processor(
@@ -158,6 +163,8 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
             group.status =
                 decoder.decode(d.parser, record.topic, record.ingest_ms, record.offset, out);
             group.decoded = true;
+            if (group.status == codec::DecodeStatus::ok && group.members.size() > 1)
+                engine_->prefetch(group.members, out.event.key, out.event.partition);
         } else if (group.status == codec::DecodeStatus::ok) {
             decoder.decode_fields(d.parser, out);
         }
