@@ -128,7 +128,7 @@ Result<void> LogWriter::seal() {
         Segment* seg = nullptr;
         for (Segment& s : segments_)
             if (s.first_offset == job.first_offset) seg = &s;
-        TM_ASSERT(seg != nullptr);  // retention keeps a segment whose seal is due
+        TM_ASSERT(seg != nullptr);  // retention waits for seal_mutex_
         seg->sealed_bytes = job.to;
         seg->zlog_bytes = *zlog;
         ++counters_.seals;

@@ -690,6 +690,8 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
     // One retention at a time: a failed unlink puts its segments back at the front (below),
     // which is only right if no other call removed segments after them meanwhile.
     std::lock_guard retention_lock(retention_mutex_);
+    // No seal runs meanwhile: a segment whose seal is due may go (its stage with it).
+    std::lock_guard seal_lock(seal_mutex_);
     RetentionResult result;
     std::vector<Segment> doomed;
     {
@@ -700,7 +702,6 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
         while (segments_.size() > 1) {
             const Segment& oldest = segments_.front();
             if (oldest.first_offset + oldest.bytes > keep_from_offset) break;
-            if (oldest.compressed && oldest.sealed_bytes < oldest.bytes) break;  // a seal is due
             bool over_bytes = bytes_max > 0 && total > bytes_max;
             bool over_age = age_max > 0 && oldest.max_ingest_ms != ingest_ms_unknown &&
                             oldest.max_ingest_ms < now_ms - age_max;
@@ -720,6 +721,7 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
         const Segment& seg = doomed[removed];
         const std::string path = seg.compressed ? zlog_path(options_.dir, seg.first_offset)
                                                 : segment_path(options_.dir, seg.first_offset);
+        if (seg.compressed) (void)::unlink(stage_path(options_.dir, seg.first_offset).c_str());
         if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
             const int err = errno;
             failure = "cannot remove log segment " + path + " for retention: " + errno_text(err);
