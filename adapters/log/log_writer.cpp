@@ -32,9 +32,8 @@ std::string errno_text(int err) {
 int64_t first_ingest_ms(const std::string& dir, uint64_t first_offset) {
     auto source = SegmentSource::open(dir, first_offset);
     if (!source || !*source) return ingest_ms_unknown;
-    auto size = (*source)->size();
-    if (!size) return ingest_ms_unknown;
-    SegmentWindow window(**source, first_offset, *size, 4096);
+    // The first frame only (the first block's headers, not the segment's).
+    SegmentWindow window(**source, first_offset, UINT64_MAX, 4096);
     Record rec;
     uint64_t frame = 0;
     auto status = window.decode_at(0, rec, frame);
@@ -79,7 +78,7 @@ LogWriter::~LogWriter() {
     if (active_fd_ >= 0) {
         // A compressed log seals what it staged, so that a clean stop leaves no plain frames
         // to reach the flash; a plain one syncs. Best effort: call sync() for a clean stop.
-        if (!poisoned_ && !segments_.empty() && segments_.back().compressed) (void)seal();
+        if (recovered_ && !poisoned_ && segments_.back().compressed) (void)seal();
         if (!poisoned_) ::fdatasync(active_fd_);
         ::close(active_fd_);
     }
@@ -314,6 +313,7 @@ Result<void> LogWriter::recover() {
     }
     publish_extent();
     durable_offset_.store(end_offset_.load());
+    recovered_ = true;
     return {};
 }
 
@@ -392,6 +392,10 @@ Result<void> LogWriter::roll() {
         return fail("cannot sync log directory " + options_.dir + ": " + errno_text(err));
     }
     ::close(active_fd_);
+    if (closing.compressed && closing.sealed_bytes >= closing.bytes) {
+        // Sealed whole already (the seal before this roll): its stage has nothing left to give.
+        (void)::unlink(active_path_.c_str());
+    }
     active_fd_ = fd;
     active_path_ = std::move(path);
     Segment next;

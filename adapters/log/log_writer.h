@@ -223,6 +223,7 @@ class LogWriter {
     int64_t last_ingest_ms_ = ingest_ms_unknown;
     TopicDictionary dictionary_;  // the active segment's
     bool roll_due_ = false;       // open() found an old-format or damaged active segment
+    bool recovered_ = false;      // open() finished: the destructor may seal
     bool sync_failed_ = false;    // seal_range's failure was an fdatasync's (seal_mutex_ held)
     std::optional<std::string> poisoned_;
     LogStats counters_;  // the counter fields only; gauges are filled in by stats()

@@ -55,7 +55,7 @@ Result<SegmentSource> SegmentSource::compressed(const std::string& dir, uint64_t
     source.compressed_ = true;
     source.path_ = zlog_path(dir, first_offset);
     source.stage_fd_ = stage_fd;
-    auto refreshed = source.refresh();
+    auto refreshed = source.refresh(0);  // opens the .zlog; its headers are walked as needed
     if (!refreshed) return std::unexpected(refreshed.error());
     return source;
 }
@@ -77,6 +77,7 @@ SegmentSource& SegmentSource::operator=(SegmentSource&& other) noexcept {
     owns_stage_ = std::exchange(other.owns_stage_, false);
     scan_ = std::move(other.scan_);
     scanned_bytes_ = other.scanned_bytes_;
+    scan_stopped_ = other.scan_stopped_;
     cached_ = other.cached_;
     cached_ok_ = other.cached_ok_;
     raw_ = std::move(other.raw_);
@@ -95,7 +96,7 @@ void SegmentSource::close_owned() {
     owns_fd_ = owns_stage_ = false;
 }
 
-Result<void> SegmentSource::refresh() {
+Result<void> SegmentSource::refresh(uint64_t need) {
     if (!compressed_) return {};
     if (fd_ < 0) {
         fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -110,14 +111,19 @@ Result<void> SegmentSource::refresh() {
         return fail("cannot stat log segment " + path_ + ": " + std::strerror(errno));
     }
     const auto bytes = static_cast<uint64_t>(st.st_size);
-    if (bytes == scanned_bytes_) return {};
     if (bytes < scanned_bytes_) {  // cut (a writer's recovery): start over
         scan_ = BlockScan{};
         cached_.reset();
+        scanned_bytes_ = 0;
+        scan_stopped_ = false;
     }
-    auto scanned = scan_blocks(fd_, path_, bytes, false, scan_);
+    if (need != UINT64_MAX && sealed_bytes() > need) return {};
+    if (bytes == scanned_bytes_ && !scan_stopped_) return {};
+    const uint64_t stop = need == UINT64_MAX ? UINT64_MAX : first_offset_ + need;
+    auto scanned = scan_blocks(fd_, path_, bytes, false, scan_, stop);
     if (!scanned) return std::unexpected(scanned.error());
     scanned_bytes_ = bytes;
+    scan_stopped_ = scan_.stopped;
     return {};
 }
 
@@ -193,6 +199,10 @@ Result<size_t> SegmentSource::read(char* buf, size_t n, uint64_t pos) {
     if (!compressed_) return pread_full(fd_, buf, n, pos, path_);
     size_t done = 0;
     while (done < n) {
+        if (pos + done >= sealed_bytes()) {
+            auto refreshed = refresh(pos + done);
+            if (!refreshed) return std::unexpected(refreshed.error());
+        }
         if (pos + done < sealed_bytes()) {
             auto got = read_blocks(buf + done, n - done, pos + done);
             if (!got) return std::unexpected(got.error());
@@ -204,10 +214,9 @@ Result<size_t> SegmentSource::read(char* buf, size_t n, uint64_t pos) {
         if (!got) return std::unexpected(got.error());
         // The writer may have sealed and punched part of what was just read: the blocks win
         // wherever they reach now.
-        const uint64_t sealed_before = sealed_bytes();
-        auto refreshed = refresh();
+        auto refreshed = refresh(pos + done);
         if (!refreshed) return std::unexpected(refreshed.error());
-        if (sealed_bytes() > sealed_before && sealed_bytes() > pos + done) continue;
+        if (sealed_bytes() > pos + done) continue;
         done += *got;
         if (*got < want) break;  // the stage ends here
     }

@@ -52,7 +52,9 @@ class SegmentSource {
   private:
     SegmentSource() = default;
     void close_owned();
-    Result<void> refresh();  // picks up blocks appended since
+    /// Opens the .zlog once it exists and walks its headers far enough to cover segment
+    /// position `need` (all of them for UINT64_MAX), picking up blocks appended since.
+    Result<void> refresh(uint64_t need = UINT64_MAX);
     Result<size_t> read_blocks(char* buf, size_t n, uint64_t pos);
     Result<size_t> read_stage(char* buf, size_t n, uint64_t pos);
 
@@ -65,7 +67,8 @@ class SegmentSource {
     int stage_fd_ = -1;
     bool owns_stage_ = false;
     BlockScan scan_;
-    uint64_t scanned_bytes_ = 0;    // of the .zlog
+    uint64_t scanned_bytes_ = 0;    // the .zlog's size at the last walk
+    bool scan_stopped_ = false;     // that walk stopped early (at a `need`)
     std::optional<size_t> cached_;  // index of the block in raw_
     bool cached_ok_ = false;
     std::string raw_;

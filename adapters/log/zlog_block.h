@@ -72,6 +72,7 @@ struct BlockScan {
     uint64_t damaged_regions = 0;    // runs of invalid header bytes with a valid block after
     uint64_t damaged_bytes = 0;      // (file bytes)
     uint64_t bad_data_blocks = 0;    // blocks whose data CRC failed (only with check_data)
+    bool stopped = false;            // the last walk ended at stop_offset, before the file's end
 };
 
 /// Walks the block headers of the file `fd` (path names it in errors) from
@@ -83,8 +84,11 @@ struct BlockScan {
 /// block's data CRC (the writer's open(), for the newest segment): a last block whose data fails
 /// ends the walk (a torn tail: the writer cuts it), one in the middle is damage, kept (readers
 /// skip it) and counted in bad_data_blocks.
-/// Limits: reads the file a MiB at a time; memory is one entry per block.
+/// stop_offset: end the walk once a block reaches past this log offset (a reader that needs the
+/// first blocks only: the first record's time of each segment at the writer's open).
+/// Limits: one pread of a header per block (a search past damage reads 64 KiB at a time); memory
+/// is one entry per block.
 Result<void> scan_blocks(int fd, const std::string& path, uint64_t file_bytes, bool check_data,
-                         BlockScan& scan);
+                         BlockScan& scan, uint64_t stop_offset = UINT64_MAX);
 
 }  // namespace tidemark::log
