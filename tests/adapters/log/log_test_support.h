@@ -110,8 +110,6 @@ inline LogOptions options_for(const std::string& dir, uint64_t segment_bytes = 6
     LogOptions options;
     options.dir = dir;
     options.segment_bytes = segment_bytes;
-    if (const char* c = std::getenv("TM_LOG_COMPRESSION"); c != nullptr && std::string(c) == "zstd")
-        options.compression = Compression::zstd;
     return options;
 }
 
