@@ -17,6 +17,10 @@
 // apart with 0-2 s of lag, a tick every 1000 records; written to a temp dir under /var/tmp and
 // removed afterwards (--keep DIR writes it there and keeps it, for perf). --pipelines 1 (or 5):
 // that config's runs only.
+// --compare-zstd (issue 30): the same records also written to a compressed log (zstd blocks, a
+// seal every 1000 records: one a second of ingest time, as fsync_interval 1s makes them), and
+// the one-pipeline runs over both interleaved: replay.zstd_records_per_s and
+// replay.zstd_vs_plain (the compressed log's rate over the plain one's, same run).
 #include <time.h>
 
 #include <algorithm>
@@ -107,10 +111,12 @@ void die(const std::string& message) {
     std::exit(1);
 }
 
-uint64_t write_log(const std::string& dir, uint64_t records, uint64_t devices) {
+uint64_t write_log(const std::string& dir, uint64_t records, uint64_t devices,
+                   log::Compression compression = log::Compression::none) {
     log::LogOptions options;
     options.dir = dir;
     options.fsync = log::FsyncPolicy::never;
+    options.compression = compression;
     auto writer = log::LogWriter::open(options);
     if (!writer) die(writer.error().message);
     std::mt19937_64 rng(1);
@@ -123,6 +129,7 @@ uint64_t write_log(const std::string& dir, uint64_t records, uint64_t devices) {
         const int64_t ingest_ms = start_ms + static_cast<int64_t>(i);
         if (i % 1000 == 999) {
             if (!(*writer)->append(log::RecordType::tick, ingest_ms, {}, {})) die("append failed");
+            if (compression == log::Compression::zstd && !(*writer)->sync()) die("seal failed");
             continue;
         }
         topic = "sensors/dev-" + std::to_string(i % devices) + "/telemetry";
@@ -185,7 +192,7 @@ Run run_once(const config::Config& config, const std::string& dir) {
 int main(int argc, char** argv) {
     uint64_t records = 2'000'000, devices = 10'000;
     std::string keep_dir;
-    bool one_pipeline = true, five = true;
+    bool one_pipeline = true, five = true, compare_zstd = false;
     int runs = 3;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -195,6 +202,8 @@ int main(int argc, char** argv) {
             devices = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--keep" && i + 1 < argc)
             keep_dir = argv[++i];
+        else if (a == "--compare-zstd")
+            compare_zstd = true;
         else if (a == "--runs" && i + 1 < argc)
             runs = std::max(1, std::atoi(argv[++i]));
         else if (a == "--pipelines" && i + 1 < argc) {
@@ -204,7 +213,7 @@ int main(int argc, char** argv) {
             five = n == "5";
         } else
             die("usage: bench_replay [--records N] [--devices D] [--keep DIR] [--pipelines 1|5] "
-                "[--runs N]");
+                "[--runs N] [--compare-zstd]");
     }
     if (records == 0 || devices == 0) die("--records and --devices must be positive");
     const std::string one = std::string(config_head) + temp_1m_json + "]}";
@@ -221,7 +230,11 @@ int main(int argc, char** argv) {
         dir = tmpl;
     }
     const std::string log_dir = dir + "/log";
+    const std::string zstd_dir = dir + "/log-zstd";
     const bool reuse = !keep_dir.empty() && std::filesystem::exists(log_dir);
+    if (compare_zstd && !(reuse && std::filesystem::exists(zstd_dir))) {
+        write_log(zstd_dir, records, devices, log::Compression::zstd);
+    }
     if (!reuse) {
         const uint64_t payload_avg = write_log(log_dir, records, devices);
         std::printf("log: %llu records, %llu devices, %llu-byte payloads on average, in %s\n",
@@ -247,9 +260,17 @@ int main(int argc, char** argv) {
             s.last.cpu_seconds, static_cast<unsigned long long>(s.last.results),
             static_cast<unsigned long long>(s.last.malformed));
     };
-    Series one_series, five_series;
+    Series one_series, five_series, zstd_series;
     for (int r = 0; r < runs; ++r) {
         if (one_pipeline) run_and_print(*config, "1 pipeline", r, one_series);
+        if (one_pipeline && compare_zstd) {
+            zstd_series.last = run_once(*config, zstd_dir);
+            zstd_series.seconds.push_back(zstd_series.last.seconds);
+            zstd_series.cpu_seconds.push_back(zstd_series.last.cpu_seconds);
+            std::printf("run %d, 1 pipeline, zstd log: %llu records in %.3f s (%.3f s CPU)\n",
+                        r + 1, static_cast<unsigned long long>(zstd_series.last.records),
+                        zstd_series.last.seconds, zstd_series.last.cpu_seconds);
+        }
         if (five) run_and_print(*config_5, "5 pipelines", r, five_series);
     }
     if (keep_dir.empty()) std::filesystem::remove_all(dir);
@@ -260,6 +281,14 @@ int main(int argc, char** argv) {
         std::printf("replay.records_per_cpu_s: %.0f records/s\n",
                     n / median(one_series.cpu_seconds));
         std::printf("replay.days_30_at_100_msgs_per_s_s: %.1f s\n", 30.0 * 86400 * 100 / rate);
+        if (compare_zstd) {
+            if (zstd_series.last.records != one_series.last.records) die("the logs differ");
+            const double zstd_rate = n / median(zstd_series.seconds);
+            std::printf("replay.zstd_records_per_s: %.0f records/s\n", zstd_rate);
+            std::printf("replay.zstd_vs_plain: %.2f ratio\n", zstd_rate / rate);
+            std::printf("replay.zstd_vs_plain_cpu: %.2f ratio\n",
+                        median(one_series.cpu_seconds) / median(zstd_series.cpu_seconds));
+        }
     }
     if (five) {
         const double n = static_cast<double>(five_series.last.records);

@@ -9,6 +9,14 @@
 // can have to replay) and a new one opens the data directory and recovers: open + replay to the
 // log's end.
 //
+// storage.disk_bytes_per_payload_byte (issue 30): what the log's segments take on disk at the end
+// (after the last sync), per payload byte: st_blocks x 512 of each .zlog and .zlog.stage (so the
+// stage's punched part, a hole, counts for nothing), st_size of a plain .log (which has no holes).
+// storage.days_at_200_msgs_per_s_per_32_gib: 32 GiB / (that x 100 bytes x 200/s x 86400 s).
+// --compression none|zstd sets storage.log_compression (default: the config's default);
+// --rate N: messages per second of ingest time (default 1000; at 200 a 1-s seal's block is
+// ~19 KiB of frames, a gateway's rate of the issue's figure).
+//
 // The stream: 1000 devices, one ~100-byte JSON message each per second of event time, a 1-minute
 // tumbling pipeline (count, mean, max), checkpoints every 60 s of ingest time (the default;
 // --checkpoint-ms N for another), delivered outbox rows deleted as a forwarder would.
@@ -23,6 +31,7 @@
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
+#include "adapters/log/segment_files.h"
 #include "firmware/clock.h"
 #include "firmware/service/service_parts.h"
 
@@ -52,11 +61,17 @@ Io read_io() {
 int main(int argc, char** argv) {
     uint64_t records = 300'000;
     int64_t checkpoint_ms = 60'000;  // the default checkpoint.interval
+    std::string compression;         // the default
+    uint64_t rate = 1000;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         if (a == "--records") records = std::strtoull(argv[i + 1], nullptr, 10);
         if (a == "--checkpoint-ms") checkpoint_ms = std::strtoll(argv[i + 1], nullptr, 10);
+        if (a == "--compression") compression = argv[i + 1];
+        if (a == "--rate") rate = std::max<uint64_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
     }
+    const std::string compression_json =
+        compression.empty() ? "" : R"(, "log_compression": ")" + compression + "\"";
     const char* base = std::getenv("TIDEMARK_BUILD_DIR");
     const std::string dir =
         std::string(base ? base : "/var/tmp") + "/bench-storage-io-" + std::to_string(::getpid());
@@ -65,7 +80,8 @@ int main(int argc, char** argv) {
       "node_id": "bench", "data_dir": ")" +
                              dir + R"(",
       "storage": {"map_size": "1GiB", "fsync": "interval", "fsync_interval": "1s",
-                  "log_retention": {"max_age": "7d", "max_bytes": "4GiB"}},
+                  "log_retention": {"max_age": "7d", "max_bytes": "4GiB"})" +
+                             compression_json + R"(},
       "checkpoint": {"interval": "60s"},
       "source": {"uri": "tcp://127.0.0.1:1"},
       "upstream": {"uri": "tcp://127.0.0.1:2"},
@@ -97,7 +113,7 @@ int main(int argc, char** argv) {
     char payload[160];
     char topic[64];
     for (uint64_t i = 0; i < records; ++i) {
-        const int64_t t = start_ms + static_cast<int64_t>(i);  // 1000 messages per second
+        const int64_t t = start_ms + static_cast<int64_t>(i * 1000 / rate);  // `rate` a second
         const int dev = static_cast<int>(i % 1000);
         std::snprintf(topic, sizeof topic, "sensors/dev-%04d/telemetry", dev);
         const int n =
@@ -137,8 +153,20 @@ int main(int argc, char** argv) {
             next_checkpoint += checkpoint_ms;
         }
     }
+    (void)sp.host().log().sync();
     ::sync();
     const Io after = read_io();
+    uint64_t disk_bytes = 0;
+    uint64_t frame_bytes = 0;
+    size_t compressed_segments = 0;
+    const auto segments = log::list_segments(cfg->data_dir + "/log");
+    if (segments) {
+        for (const auto& s : *segments) {
+            disk_bytes += s.disk_bytes;
+            frame_bytes += s.bytes;
+            compressed_segments += s.compressed ? 1 : 0;
+        }
+    }
     const double cancelled =
         static_cast<double>(after.cancelled_write_bytes - before.cancelled_write_bytes);
     const double written = static_cast<double>(after.write_bytes - before.write_bytes) - cancelled;
@@ -153,6 +181,16 @@ int main(int argc, char** argv) {
                 written / static_cast<double>(payload_bytes));
     std::printf("storage.wchar_per_payload_byte: %.2f ratio\n",
                 passed / static_cast<double>(payload_bytes));
+    const double disk_per_payload =
+        static_cast<double>(disk_bytes) / static_cast<double>(payload_bytes);
+    std::printf(
+        "# log: %zu segments (%zu compressed), %.1f MiB of frames, %.1f MiB on disk, "
+        "%llu msg/s of ingest time\n",
+        segments ? segments->size() : 0, compressed_segments, double(frame_bytes) / 1048576.0,
+        double(disk_bytes) / 1048576.0, static_cast<unsigned long long>(rate));
+    std::printf("storage.disk_bytes_per_payload_byte: %.3f ratio\n", disk_per_payload);
+    std::printf("storage.days_at_200_msgs_per_s_per_32_gib: %.1f days\n",
+                32.0 * 1073741824.0 / (disk_per_payload * 100.0 * 200.0 * 86400.0));
     // The run ends one record before a checkpoint is due (records is a multiple of the
     // interval's record count at the defaults), so the replay is a whole interval's log.
     const uint64_t records_since_checkpoint = records % static_cast<uint64_t>(checkpoint_ms) == 0

@@ -19,11 +19,14 @@ enum class CrashPoint : uint8_t {
     after_checkpoint_commit,  // the checkpoint is committed
     after_outbox_append,      // emissions are committed to the outbox
     after_outbox_delete,      // an acknowledged row was deleted from the outbox
+    before_log_seal_write,    // a seal compressed staged records, before its blocks are written
+    after_log_seal_write,     // a seal's blocks are written and synced, the stage not punched yet
 };
 
-inline constexpr std::array<std::string_view, 5> crash_point_names = {
-    "after_log_append", "mid_checkpoint", "after_checkpoint_commit", "after_outbox_append",
-    "after_outbox_delete"};
+inline constexpr std::array<std::string_view, 7> crash_point_names = {
+    "after_log_append",    "mid_checkpoint",      "after_checkpoint_commit",
+    "after_outbox_append", "after_outbox_delete", "before_log_seal_write",
+    "after_log_seal_write"};
 
 constexpr std::string_view crash_point_name(CrashPoint point) {
     return crash_point_names[static_cast<size_t>(point)];

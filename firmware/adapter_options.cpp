@@ -98,6 +98,9 @@ log::LogOptions log_options(const config::Config& config) {
     lo.segment_bytes = config.storage.segment_bytes;
     lo.retention_bytes_max = config.storage.log_retention.max_bytes;
     lo.retention_age_ms_max = config.storage.log_retention.max_age_ms;
+    lo.compression = config.storage.log_compression == config::LogCompression::zstd
+                         ? log::Compression::zstd
+                         : log::Compression::none;
     return lo;
 }
 

@@ -58,7 +58,8 @@ std::string window_description(const core::PipelineSpec& spec) {
 
 void read_storage(Checker& c, const Json& root, StorageConfig& storage, size_t pointer_bytes) {
     Section s = c.section(root, "", "storage", R"({"map_size": "1GiB", "fsync": "interval"})",
-                          {"map_size", "fsync", "fsync_interval", "log_retention", "segment_size"});
+                          {"map_size", "fsync", "fsync_interval", "log_retention", "segment_size",
+                           "log_compression"});
     if (!s) return;
     if (c.read_size(*s, s.pointer, "map_size", storage.map_size_bytes, 1ULL << 20, 1ULL << 40)) {
         if (auto refused = check_map_size(storage.map_size_bytes, pointer_bytes)) {
@@ -71,6 +72,8 @@ void read_storage(Checker& c, const Json& root, StorageConfig& storage, size_t p
                    {"never", FsyncPolicy::never}});
     c.read_duration(*s, s.pointer, "fsync_interval", storage.fsync_interval_ms, true);
     c.read_size(*s, s.pointer, "segment_size", storage.segment_bytes, 64ULL << 10, 4ULL << 30);
+    c.read_choice(*s, s.pointer, "log_compression", storage.log_compression,
+                  {{"none", LogCompression::none}, {"zstd", LogCompression::zstd}});
     Section r = c.section(*s, s.pointer, "log_retention",
                           R"({"max_age": "7d", "max_bytes": "512MiB"})", {"max_age", "max_bytes"});
     if (!r) return;

@@ -13,6 +13,13 @@ enum class FsyncPolicy {
     never,     // only sync() calls (checkpoints) and segment rollover sync: the kernel decides
 };
 
+/// How the segments the writer creates store their frames (segment_files.h). Either way the log
+/// reads segments of both formats, so the setting can change between runs.
+enum class Compression {
+    none,  // plain segments: the frames as written
+    zstd,  // frames staged plain, sealed into zstd blocks at each sync (zlog_block.h)
+};
+
 struct LogOptions {
     std::string dir;  // created if missing
     FsyncPolicy fsync = FsyncPolicy::interval;
@@ -23,6 +30,7 @@ struct LogOptions {
     uint64_t segment_bytes = uint64_t{64} << 20;
     uint64_t retention_bytes_max = 0;  // 0 = unbounded
     int64_t retention_age_ms_max = 0;  // 0 = unbounded
+    Compression compression = Compression::none;
 };
 
 }  // namespace tidemark::log

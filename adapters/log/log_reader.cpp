@@ -38,21 +38,17 @@ Result<std::unique_ptr<LogReader>> LogReader::open(const std::string& dir, Reade
 }
 
 void LogReader::close_segment() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    source_.reset();
 }
 
 Result<bool> LogReader::open_segment(uint64_t first_offset) {
-    std::string path = segment_path(dir_, first_offset);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return false;
-        return fail("cannot open log segment " + path + ": " + std::strerror(errno));
-    }
+    auto source = SegmentSource::open(dir_, first_offset);
+    if (!source) return std::unexpected(source.error());
+    if (!*source) return false;
     close_segment();
-    fd_ = fd;
+    source_ = std::move(*source);
     segment_first_ = first_offset;
-    segment_path_ = std::move(path);
+    segment_path_ = source_->path();
     context_.clear();
     return true;
 }
@@ -96,7 +92,7 @@ Result<void> LogReader::seek(uint64_t offset) {
         // Compact frames need what the segment's frames before the offset say: whether it is
         // compact, its base time and its topic dictionary. Read them (a walk over frame heads
         // and CRCs, as the writer's open() does).
-        SegmentWindow window(fd_, segment_path_, seg.first_offset, offset - seg.first_offset,
+        SegmentWindow window(*source_, seg.first_offset, offset - seg.first_offset,
                              size_t{1} << 20);
         auto scan = scan_segment(window, offset - seg.first_offset, context_);
         if (!scan) return std::unexpected(scan.error());
@@ -111,25 +107,17 @@ Result<size_t> LogReader::fill(uint64_t bytes_needed) {
     begin_ = end_ = 0;
     if (bytes_needed > buffer_.size()) buffer_.resize(bytes_needed);  // bounded by the caller
     uint64_t file_pos = position_ - segment_first_;
-    while (true) {
-        ssize_t n = ::pread(fd_, buffer_.data(), buffer_.size(), static_cast<off_t>(file_pos));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail("cannot read log segment " + segment_path_ + ": " + std::strerror(errno));
-        }
-        end_ = static_cast<size_t>(n);
-        return end_;
-    }
+    auto n = source_->read(buffer_.data(), buffer_.size(), file_pos);
+    if (!n) return std::unexpected(n.error());
+    end_ = *n;
+    return end_;
 }
 
 Result<bool> LogReader::next_segment_exists() {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-        return fail("cannot stat log segment " + segment_path_ + ": " + std::strerror(errno));
-    }
-    std::string next = segment_path(dir_, segment_first_ + static_cast<uint64_t>(st.st_size));
+    auto size = source_->size();
+    if (!size) return std::unexpected(size.error());
     // An empty segment has no successor of its own name (that name is its own).
-    if (st.st_size > 0 && ::access(next.c_str(), F_OK) == 0) return true;
+    if (*size > 0 && segment_exists(dir_, segment_first_ + *size)) return true;
     // Also a later segment whose name does not chain (a gap) means this one is not the newest.
     auto segments = list_segments(dir_);
     if (!segments) return std::unexpected(segments.error());
@@ -165,16 +153,14 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
     // Sealed first, then the size: a sealed segment's size is final.
     auto sealed = next_segment_exists();
     if (!sealed) return std::unexpected(sealed.error());
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-        return fail("cannot stat log segment " + segment_path_ + ": " + std::strerror(errno));
-    }
-    const auto file_bytes = static_cast<uint64_t>(st.st_size);
+    auto size = source_->size();
+    if (!size) return std::unexpected(size.error());
+    const uint64_t file_bytes = *size;
     const uint64_t from = position_ - segment_first_;
     const bool bounded = end_offset_max != UINT64_MAX;
     const bool bound_in_file = bounded && end_offset_max - segment_first_ <= file_bytes;
     const uint64_t limit = bound_in_file ? end_offset_max - segment_first_ : file_bytes;
-    SegmentWindow window(fd_, segment_path_, segment_first_, limit, size_t{256} << 10);
+    SegmentWindow window(*source_, segment_first_, limit, size_t{256} << 10);
     // Judge the frame again on what the file holds now: a frame that was incomplete may have
     // been finished by the writer meanwhile, and the search below must not skip it.
     Record rec;
@@ -212,7 +198,7 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
 
 Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
     if (position_ >= end_offset_max) return false;
-    if (fd_ < 0) {
+    if (!source_) {
         // The log had no segment yet: tail until the writer creates the one at position_.
         auto opened = open_segment(position_);
         if (!opened) return std::unexpected(opened.error());
@@ -291,7 +277,7 @@ Result<LogReader::AtEnd> LogReader::at_file_end(uint64_t need, uint64_t end_offs
         if (end_ == begin_) {
             // A retention sweep may have removed this file and its successors: then no
             // successor shows up, ever. Say so instead of tailing forever.
-            if (::access(segment_path_.c_str(), F_OK) != 0 && errno == ENOENT) {
+            if (!segment_exists(dir_, segment_first_)) {
                 return fail("log segment " + segment_path_ +
                             " was removed by retention while the reader was at offset " +
                             std::to_string(position_) + "; the reader fell behind");

@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "adapters/log/record.h"
+#include "adapters/log/segment_source.h"
 #include "core/result.h"
 
 namespace tidemark::log {
@@ -97,7 +99,7 @@ class LogReader {
 
     const std::string dir_;
     const ReaderOptions options_;
-    int fd_ = -1;
+    std::optional<SegmentSource> source_;  // the segment being read
     uint64_t segment_first_ = 0;
     std::string segment_path_;
     std::vector<char> buffer_;

@@ -14,6 +14,8 @@
 #include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
 #include "adapters/log/segment_scan.h"
+#include "adapters/log/segment_source.h"
+#include "adapters/log/zlog_block.h"
 #include "core/bytes.h"
 #include "core/crash_point.h"
 
@@ -27,20 +29,15 @@ std::string errno_text(int err) {
 }
 
 // The ingest time of a segment's first record, if it can be read.
-int64_t first_ingest_ms(const std::string& path, uint64_t first_offset) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ingest_ms_unknown;
-    int64_t result = ingest_ms_unknown;
-    struct stat st {};
-    if (::fstat(fd, &st) == 0) {
-        SegmentWindow window(fd, path, first_offset, static_cast<uint64_t>(st.st_size), 4096);
-        Record rec;
-        uint64_t frame = 0;
-        auto status = window.decode_at(0, rec, frame);
-        if (status && *status == FrameStatus::ok) result = rec.ingest_ms;
-    }
-    ::close(fd);
-    return result;
+int64_t first_ingest_ms(const std::string& dir, uint64_t first_offset) {
+    auto source = SegmentSource::open(dir, first_offset);
+    if (!source || !*source) return ingest_ms_unknown;
+    // The first frame only (the first block's headers, not the segment's).
+    SegmentWindow window(**source, first_offset, UINT64_MAX, 4096);
+    Record rec;
+    uint64_t frame = 0;
+    auto status = window.decode_at(0, rec, frame);
+    return status && *status == FrameStatus::ok ? rec.ingest_ms : ingest_ms_unknown;
 }
 
 // pwritev until every byte is written or an error occurs.
@@ -79,6 +76,9 @@ LogWriter::LogWriter(LogOptions options) : options_(std::move(options)) {}
 
 LogWriter::~LogWriter() {
     if (active_fd_ >= 0) {
+        // A compressed log seals what it staged, so that a clean stop leaves no plain frames
+        // to reach the flash; a plain one syncs. Best effort: call sync() for a clean stop.
+        if (recovered_ && !poisoned_ && segments_.back().compressed) (void)seal();
         if (!poisoned_) ::fdatasync(active_fd_);
         ::close(active_fd_);
     }
@@ -110,10 +110,23 @@ Result<std::unique_ptr<LogWriter>> LogWriter::open(const LogOptions& options) {
 
 Result<void> LogWriter::recover() {
     const std::string& dir = options_.dir;
+    const bool zstd = options_.compression == Compression::zstd;
     auto listed = list_segments(dir);
     if (!listed) return std::unexpected(listed.error());
     std::vector<SegmentFile>& files = *listed;
-    if (files.empty()) files.push_back(SegmentFile{0, 0, segment_path(dir, 0)});
+    // In zstd mode an empty plain newest segment (none was appended to it) becomes a stage.
+    if (zstd && !files.empty() && !files.back().compressed && files.back().bytes == 0) {
+        if (::unlink(files.back().path.c_str()) != 0) {
+            return fail("cannot remove the empty log segment " + files.back().path + ": " +
+                        errno_text(errno));
+        }
+        files.back().compressed = true;
+        files.back().path = zlog_path(dir, files.back().first_offset);
+    }
+    if (files.empty()) {
+        files.push_back(
+            SegmentFile{0, 0, zstd ? zlog_path(dir, 0) : segment_path(dir, 0), zstd, 0});
+    }
 
     // Every segment but the newest was complete and synced before its successor was created:
     // their sizes must chain. A gap or overlap means files were copied or removed by hand.
@@ -126,44 +139,142 @@ Result<void> LogWriter::recover() {
         }
     }
 
-    SegmentFile& last = files.back();
-    active_path_ = last.path;
-    active_fd_ = ::open(last.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (active_fd_ < 0) {
-        return fail("cannot open log segment " + last.path + ": " + errno_text(errno));
-    }
-    FrameContext context;
-    SegmentWindow window(active_fd_, last.path, last.first_offset, last.bytes, scan_block_bytes);
-    auto scan = scan_segment(window, UINT64_MAX, context);
-    if (!scan) return std::unexpected(scan.error());
-    if (scan->good_bytes < last.bytes) {
-        // Only what follows the last good record is cut; nothing before it is touched.
-        if (::ftruncate(active_fd_, static_cast<off_t>(scan->good_bytes)) != 0) {
-            return fail("cannot cut the torn tail of log segment " + last.path + " at byte " +
-                        std::to_string(scan->good_bytes) + ": " + errno_text(errno));
-        }
-        counters_.tail_truncations = 1;
-        counters_.tail_bytes_cut = last.bytes - scan->good_bytes;
-    }
-    counters_.damaged_regions = scan->damaged_regions;
-    counters_.damaged_bytes = scan->damaged_bytes;
-    // A previous process may have died with its appends only in the page cache: make them
-    // (and the cut) durable, so durable_offset() starts true. The directory entry too.
-    if (::fdatasync(active_fd_) != 0 || ::fsync(dir_fd_) != 0) {
-        return fail("cannot sync log segment " + last.path + ": " + errno_text(errno));
-    }
-
     for (size_t i = 0; i < files.size(); ++i) {
         Segment seg;
         seg.first_offset = files[i].first_offset;
         seg.bytes = files[i].bytes;
-        seg.first_ingest_ms = i + 1 == files.size()
-                                  ? scan->first_ingest_ms
-                                  : first_ingest_ms(files[i].path, files[i].first_offset);
+        seg.compressed = files[i].compressed;
+        if (seg.compressed) {
+            struct stat st {};
+            seg.zlog_bytes =
+                ::stat(files[i].path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+        }
         segments_.push_back(seg);
     }
+    // Older compressed segments whose stage outlived them (a stop between a roll and the next
+    // seal): their stage is complete and synced (roll() syncs it), so what the blocks lack is
+    // sealed from it now; a stage the blocks cover already is simply removed.
+    for (size_t i = 0; i + 1 < segments_.size(); ++i) {
+        Segment& seg = segments_[i];
+        if (!seg.compressed) continue;
+        const std::string staged = stage_path(dir, seg.first_offset);
+        if (::access(staged.c_str(), F_OK) != 0) {
+            seg.sealed_bytes = seg.bytes;
+            continue;
+        }
+        int zfd = ::open(files[i].path.c_str(), O_RDONLY | O_CLOEXEC);
+        BlockScan blocks;
+        if (zfd >= 0) {
+            auto scanned = scan_blocks(zfd, files[i].path, seg.zlog_bytes, false, blocks);
+            ::close(zfd);
+            if (!scanned) return std::unexpected(scanned.error());
+        }
+        const uint64_t sealed =
+            blocks.blocks.empty() ? 0 : blocks.blocks.back().end_offset() - seg.first_offset;
+        if (sealed < seg.bytes) {
+            if (blocks.good_file_bytes < seg.zlog_bytes) {
+                if (::truncate(files[i].path.c_str(), static_cast<off_t>(blocks.good_file_bytes)) !=
+                    0) {
+                    return fail("cannot cut the torn tail of log segment " + files[i].path + ": " +
+                                errno_text(errno));
+                }
+                seg.zlog_bytes = blocks.good_file_bytes;
+            }
+            auto zlog =
+                seal_range(SealJob{seg.first_offset, sealed, seg.bytes, seg.zlog_bytes, false});
+            if (!zlog) return std::unexpected(zlog.error());
+            seg.zlog_bytes = *zlog;
+        }
+        seg.sealed_bytes = seg.bytes;
+        if (::unlink(staged.c_str()) != 0 && errno != ENOENT) {
+            return fail("cannot remove the sealed log stage " + staged + ": " + errno_text(errno));
+        }
+    }
+
+    SegmentFile& last = files.back();
+    Segment& newest = segments_.back();
+    active_path_ = last.compressed ? stage_path(dir, last.first_offset) : last.path;
+    active_fd_ = ::open(active_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (active_fd_ < 0) {
+        return fail("cannot open log segment " + active_path_ + ": " + errno_text(errno));
+    }
+    uint64_t stage_bytes = 0;
+    uint64_t sealed = 0;
+    if (last.compressed) {
+        // The blocks are checked whole (data CRCs too): a last block that fails is a seal torn by
+        // a crash or a power loss, cut here. Its frames are still in the stage (a seal punches the
+        // stage only after its blocks are synced), or they were not durable.
+        int zfd = ::open(last.path.c_str(), O_RDWR | O_CLOEXEC);
+        if (zfd >= 0) {
+            BlockScan blocks;
+            auto scanned = scan_blocks(zfd, last.path, newest.zlog_bytes, true, blocks);
+            if (scanned && blocks.good_file_bytes < newest.zlog_bytes &&
+                ::ftruncate(zfd, static_cast<off_t>(blocks.good_file_bytes)) != 0) {
+                scanned = fail("cannot cut the torn tail of log segment " + last.path + ": " +
+                               errno_text(errno));
+            }
+            ::close(zfd);
+            if (!scanned) return std::unexpected(scanned.error());
+            if (blocks.good_file_bytes < newest.zlog_bytes) {
+                counters_.tail_truncations = 1;
+                counters_.tail_bytes_cut += newest.zlog_bytes - blocks.good_file_bytes;
+            }
+            newest.zlog_bytes = blocks.good_file_bytes;
+            sealed =
+                blocks.blocks.empty() ? 0 : blocks.blocks.back().end_offset() - last.first_offset;
+        }
+        struct stat st {};
+        if (::fstat(active_fd_, &st) != 0) {
+            return fail("cannot stat log stage " + active_path_ + ": " + errno_text(errno));
+        }
+        stage_bytes = static_cast<uint64_t>(st.st_size);
+    } else {
+        stage_bytes = last.bytes;
+    }
+    FrameContext context;
+    Result<SegmentSource> source =
+        last.compressed ? SegmentSource::compressed(dir, last.first_offset, active_fd_)
+                        : Result<SegmentSource>(SegmentSource::plain(active_fd_, last.path));
+    if (!source) return std::unexpected(source.error());
+    const uint64_t logical = std::max(stage_bytes, sealed);
+    SegmentWindow window(*source, last.first_offset, logical, scan_block_bytes);
+    auto scan = scan_segment(window, UINT64_MAX, context);
+    if (!scan) return std::unexpected(scan.error());
+    // Sealed blocks were durable: they are never cut, whatever the frames in them say.
+    const uint64_t good = std::max(scan->good_bytes, sealed);
+    if (good < stage_bytes) {
+        // Only what follows the last good record is cut; nothing before it is touched.
+        if (::ftruncate(active_fd_, static_cast<off_t>(good)) != 0) {
+            return fail("cannot cut the torn tail of log segment " + active_path_ + " at byte " +
+                        std::to_string(good) + ": " + errno_text(errno));
+        }
+        counters_.tail_truncations = 1;
+        counters_.tail_bytes_cut += stage_bytes - good;
+    }
+    counters_.damaged_regions = scan->damaged_regions;
+    counters_.damaged_bytes = scan->damaged_bytes;
+    newest.bytes = good;
+    newest.sealed_bytes = sealed;
+    if (last.compressed && sealed < good) {
+        // Re-seal what the stage holds past the blocks: a crash before (or inside) the last seal.
+        auto zlog = seal_range(SealJob{last.first_offset, sealed, good, newest.zlog_bytes, true});
+        if (!zlog) return std::unexpected(zlog.error());
+        newest.zlog_bytes = *zlog;
+        newest.sealed_bytes = good;
+    }
+    if (last.compressed) punch_stage(newest);
+    // A previous process may have died with its appends only in the page cache: make them
+    // (and the cut) durable, so durable_offset() starts true. The directory entry too.
+    if (::fdatasync(active_fd_) != 0 || ::fsync(dir_fd_) != 0) {
+        return fail("cannot sync log segment " + active_path_ + ": " + errno_text(errno));
+    }
+
+    for (size_t i = 0; i < segments_.size(); ++i) {
+        segments_[i].first_ingest_ms = i + 1 == segments_.size()
+                                           ? scan->first_ingest_ms
+                                           : first_ingest_ms(dir, segments_[i].first_offset);
+    }
     Segment& active = segments_.back();
-    active.bytes = scan->good_bytes;
     active.max_ingest_ms = scan->last_ingest_ms;
     // The ingest time never decreases along the log, so a segment's newest record is no newer
     // than the next segment's first.
@@ -172,13 +283,16 @@ Result<void> LogWriter::recover() {
     }
     if (scan->records == 0 && segments_.size() >= 2) {
         // The active segment is empty: the newest ingest time is the previous segment's last.
-        const SegmentFile& prev = files[files.size() - 2];
-        int fd = ::open(prev.path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return fail("cannot open log segment " + prev.path + ": " + errno_text(errno));
+        const Segment& prev = segments_[segments_.size() - 2];
+        auto prev_source = SegmentSource::open(dir, prev.first_offset);
+        if (!prev_source) return std::unexpected(prev_source.error());
+        if (!*prev_source) {
+            return fail("log segment " + files[files.size() - 2].path +
+                        " disappeared while opening");
+        }
         FrameContext prev_context;
-        SegmentWindow prev_window(fd, prev.path, prev.first_offset, prev.bytes, scan_block_bytes);
+        SegmentWindow prev_window(**prev_source, prev.first_offset, prev.bytes, scan_block_bytes);
         auto prev_scan = scan_segment(prev_window, UINT64_MAX, prev_context);
-        ::close(fd);
         if (!prev_scan) return std::unexpected(prev_scan.error());
         segments_[segments_.size() - 2].max_ingest_ms = prev_scan->last_ingest_ms;
         // An anchor alone in the active segment carries the newest time (its record was cut).
@@ -187,10 +301,11 @@ Result<void> LogWriter::recover() {
         last_ingest_ms_ = scan->last_ingest_ms;
     }
     // Appends go on in the active segment's compact part with its dictionary; a segment of the
-    // old format, or one with damage (whose definitions may be lost), is closed instead: the
-    // first append starts a new segment.
-    if (scan->good_bytes > 0) {
-        if (context.compact && scan->damaged_regions == 0) {
+    // old format, one with damage (whose definitions may be lost), or one of the other storage
+    // format than storage.log_compression asks for is closed instead: the first append starts a
+    // new segment.
+    if (good > 0) {
+        if (context.compact && scan->damaged_regions == 0 && last.compressed == zstd) {
             dictionary_.adopt(context);
         } else {
             roll_due_ = true;
@@ -198,16 +313,21 @@ Result<void> LogWriter::recover() {
     }
     publish_extent();
     durable_offset_.store(end_offset_.load());
+    recovered_ = true;
     return {};
 }
 
 void LogWriter::publish_extent() {
     const Segment& active = segments_.back();
     uint64_t total = 0;
-    for (const Segment& seg : segments_)
+    uint64_t disk = 0;
+    for (const Segment& seg : segments_) {
         total += seg.bytes;
+        disk += seg.disk();
+    }
     first_offset_.store(segments_.front().first_offset, std::memory_order_release);
     total_bytes_.store(total, std::memory_order_release);
+    disk_bytes_.store(disk, std::memory_order_release);
     oldest_ingest_ms_.store(segments_.front().first_ingest_ms, std::memory_order_release);
     end_offset_.store(active.first_offset + active.bytes, std::memory_order_release);
 }
@@ -258,7 +378,11 @@ Result<void> LogWriter::roll() {
     }
     uint64_t next_first = closing.first_offset + closing.bytes;
     raise_to(durable_offset_, next_first);
-    std::string path = segment_path(options_.dir, next_first);
+    const bool zstd = options_.compression == Compression::zstd;
+    // A compressed segment's frames go to its stage; the closing one's unsealed frames (synced
+    // above) are sealed by the next sync(), which reads them from its stage.
+    std::string path =
+        zstd ? stage_path(options_.dir, next_first) : segment_path(options_.dir, next_first);
     // O_TRUNC: a file of this name can only be left by an earlier attempt that failed here.
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return fail("cannot create log segment " + path + ": " + errno_text(errno));
@@ -268,9 +392,16 @@ Result<void> LogWriter::roll() {
         return fail("cannot sync log directory " + options_.dir + ": " + errno_text(err));
     }
     ::close(active_fd_);
+    if (closing.compressed && closing.sealed_bytes >= closing.bytes) {
+        // Sealed whole already (the seal before this roll): its stage has nothing left to give.
+        (void)::unlink(active_path_.c_str());
+    }
     active_fd_ = fd;
     active_path_ = std::move(path);
-    segments_.push_back(Segment{next_first, 0, ingest_ms_unknown, ingest_ms_unknown});
+    Segment next;
+    next.first_offset = next_first;
+    next.compressed = zstd;
+    segments_.push_back(next);
     ++counters_.rollovers;
     dictionary_.clear();
     roll_due_ = false;
@@ -378,6 +509,7 @@ void LogWriter::account(uint64_t offset, uint64_t frame, int64_t ingest_ms) {
     last_ingest_ms_ = ingest_ms;
     counters_.bytes_appended += frame;
     total_bytes_.fetch_add(frame, std::memory_order_acq_rel);
+    disk_bytes_.fetch_add(frame, std::memory_order_acq_rel);  // in the stage until sealed
     end_offset_.store(offset + frame, std::memory_order_release);
 }
 
@@ -493,10 +625,19 @@ Result<void> LogWriter::write_iov(iovec* iov, int count) {
 
 Result<bool> LogWriter::maybe_sync(int64_t now_ms) {
     if (poisoned()) return fail(poison_error());  // the ingest loop's regular call hears of it
-    if (options_.fsync != FsyncPolicy::interval) return false;
+    // A compressed log under fsync=always seals on the interval too (its records are durable in
+    // the stage already; the seal is for the disk bytes).
+    const bool seals =
+        options_.fsync == FsyncPolicy::always && options_.compression == Compression::zstd;
+    if (options_.fsync != FsyncPolicy::interval && !seals) return false;
     int64_t last = last_sync_ms_.load(std::memory_order_relaxed);
     if (last != ingest_ms_unknown && now_ms - last < options_.fsync_interval_ms) return false;
     last_sync_ms_.store(now_ms, std::memory_order_relaxed);
+    if (seals) {
+        auto sealed = seal();
+        if (!sealed) return std::unexpected(sealed.error());
+        return true;
+    }
     if (durable_offset() >= end_offset()) return false;
     auto synced = sync();
     if (!synced) return std::unexpected(synced.error());
@@ -507,9 +648,25 @@ Result<void> LogWriter::sync() {
     int fd = -1;
     uint64_t end = 0;
     std::string path;
+    bool sealing = false;
     {
         std::lock_guard lock(mutex_);
         if (poisoned_) return fail(*poisoned_);
+        for (const Segment& seg : segments_)
+            sealing = sealing || (seg.compressed && seg.sealed_bytes < seg.bytes);
+    }
+    if (sealing) {
+        // For a compressed active segment the seal is the sync: its blocks are fdatasynced, the
+        // stage never is (that is what keeps the staged frames off the flash).
+        auto sealed = seal();
+        if (!sealed) return std::unexpected(sealed.error());
+    }
+    {
+        std::lock_guard lock(mutex_);
+        if (poisoned_) return fail(*poisoned_);
+        if (segments_.back().compressed && options_.fsync != FsyncPolicy::always) {
+            return {};  // sealed up to where it was; appends since are for the next seal
+        }
         end = end_offset();
         if (durable_offset() >= end) return {};
         // A file description of its own (not a dup of active_fd_): Linux reports a writeback
@@ -537,11 +694,13 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
     // One retention at a time: a failed unlink puts its segments back at the front (below),
     // which is only right if no other call removed segments after them meanwhile.
     std::lock_guard retention_lock(retention_mutex_);
+    // No seal runs meanwhile: a segment whose seal is due may go (its stage with it).
+    std::lock_guard seal_lock(seal_mutex_);
     RetentionResult result;
     std::vector<Segment> doomed;
     {
         std::lock_guard lock(mutex_);
-        uint64_t total = total_bytes();
+        uint64_t total = disk_bytes();  // what the segments take on disk
         const uint64_t bytes_max = options_.retention_bytes_max;
         const int64_t age_max = options_.retention_age_ms_max;
         while (segments_.size() > 1) {
@@ -551,7 +710,7 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
             bool over_age = age_max > 0 && oldest.max_ingest_ms != ingest_ms_unknown &&
                             oldest.max_ingest_ms < now_ms - age_max;
             if (!over_bytes && !over_age) break;
-            total -= oldest.bytes;
+            total -= oldest.disk();
             doomed.push_back(oldest);
             segments_.pop_front();
         }
@@ -563,14 +722,17 @@ Result<RetentionResult> LogWriter::apply_retention(uint64_t keep_from_offset, in
     size_t removed = 0;
     std::optional<std::string> failure;
     for (; removed < doomed.size(); ++removed) {
-        const std::string path = segment_path(options_.dir, doomed[removed].first_offset);
+        const Segment& seg = doomed[removed];
+        const std::string path = seg.compressed ? zlog_path(options_.dir, seg.first_offset)
+                                                : segment_path(options_.dir, seg.first_offset);
+        if (seg.compressed) (void)::unlink(stage_path(options_.dir, seg.first_offset).c_str());
         if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
             const int err = errno;
             failure = "cannot remove log segment " + path + " for retention: " + errno_text(err);
             break;
         }
         ++result.segments_removed;
-        result.bytes_removed += doomed[removed].bytes;
+        result.bytes_removed += seg.disk();
     }
     std::lock_guard lock(mutex_);
     // A segment that could not be removed is still on disk, and so is everything after it: it
@@ -594,6 +756,7 @@ LogStats LogWriter::stats() const {
     stats.end_offset = end_offset();
     stats.durable_offset = durable_offset();
     stats.total_bytes = total_bytes();
+    stats.disk_bytes = disk_bytes();
     stats.oldest_ingest_ms = oldest_ingest_ms();
     stats.last_ingest_ms = last_ingest_ms_;
     stats.poisoned = poisoned_.has_value();

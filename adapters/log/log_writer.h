@@ -38,7 +38,11 @@ struct LogStats {
     uint64_t first_offset = 0;
     uint64_t end_offset = 0;
     uint64_t durable_offset = 0;
-    uint64_t total_bytes = 0;
+    uint64_t total_bytes = 0;   // frame bytes (log offsets) retained
+    uint64_t disk_bytes = 0;    // what the retained segments take on disk (retention counts this)
+    uint64_t seals = 0;         // counter: seals that wrote blocks (compressed segments)
+    uint64_t sealed_bytes = 0;  // counter: frame bytes sealed into blocks by this writer
+    uint64_t block_bytes = 0;   // counter: block bytes those seals wrote
     int64_t oldest_ingest_ms = ingest_ms_unknown;
     int64_t last_ingest_ms = ingest_ms_unknown;
     bool poisoned = false;  // see LogWriter::poisoned()
@@ -145,6 +149,8 @@ class LogWriter {
     uint64_t durable_offset() const { return durable_offset_.load(std::memory_order_acquire); }
     uint64_t first_offset() const { return first_offset_.load(std::memory_order_acquire); }
     uint64_t total_bytes() const { return total_bytes_.load(std::memory_order_acquire); }
+    /// What the retained segments take on disk: sealed blocks and the stage's unsealed frames.
+    uint64_t disk_bytes() const { return disk_bytes_.load(std::memory_order_acquire); }
     int64_t oldest_ingest_ms() const { return oldest_ingest_ms_.load(std::memory_order_acquire); }
     /// Whether a failed fdatasync (or a failed rollback) stopped the writer for good. Then every
     /// call returns poison_error(): exit non-zero and let the supervisor restart the process.
@@ -161,6 +167,18 @@ class LogWriter {
         uint64_t bytes = 0;
         int64_t first_ingest_ms = ingest_ms_unknown;
         int64_t max_ingest_ms = ingest_ms_unknown;  // newest ingest time, or an upper bound
+        bool compressed = false;                    // a .zlog (with its stage while not all sealed)
+        uint64_t sealed_bytes = 0;   // frame bytes in blocks; the rest is in the stage
+        uint64_t zlog_bytes = 0;     // the .zlog's size
+        uint64_t punched_bytes = 0;  // the stage's prefix punched out
+        uint64_t disk() const { return compressed ? zlog_bytes + (bytes - sealed_bytes) : bytes; }
+    };
+    // What one seal does to one segment (seal_mutex_ held, mutex_ not).
+    struct SealJob {
+        uint64_t first_offset = 0;
+        uint64_t from = 0, to = 0;  // segment positions: [sealed_bytes, bytes) when collected
+        uint64_t zlog_bytes = 0;
+        bool active = false;
     };
 
     explicit LogWriter(LogOptions options);
@@ -181,8 +199,15 @@ class LogWriter {
     Result<void> write_iov(iovec* iov, int count);
     void account(uint64_t offset, uint64_t frame, int64_t ingest_ms);
     Result<void> recover();
-    Result<void> roll();                // mutex_ held
-    Error poison(std::string message);  // mutex_ held; keeps the first error
+    /// Compresses the stage's [from, to) into blocks appended to the .zlog and fdatasyncs it.
+    /// Returns the .zlog's new size.
+    Result<uint64_t> seal_range(const SealJob& job);
+    /// Seals every compressed segment's unsealed frames (the active one's up to end_offset()):
+    /// for a compressed active segment, what sync() is. Takes seal_mutex_.
+    Result<void> seal();
+    void punch_stage(Segment& segment);  // mutex_ held
+    Result<void> roll();                 // mutex_ held
+    Error poison(std::string message);   // mutex_ held; keeps the first error
     Error poison_after_failed_sync(const std::string& path, int err);  // mutex_ held
     void publish_extent();                                             // mutex_ held
 
@@ -190,6 +215,7 @@ class LogWriter {
     int dir_fd_ = -1;
 
     std::mutex retention_mutex_;  // held through apply_retention, taken before mutex_
+    std::mutex seal_mutex_;       // held through a seal, taken before mutex_
     mutable std::mutex mutex_;
     std::deque<Segment> segments_;  // oldest first; back() is the active segment
     int active_fd_ = -1;
@@ -197,6 +223,8 @@ class LogWriter {
     int64_t last_ingest_ms_ = ingest_ms_unknown;
     TopicDictionary dictionary_;  // the active segment's
     bool roll_due_ = false;       // open() found an old-format or damaged active segment
+    bool recovered_ = false;      // open() finished: the destructor may seal
+    bool sync_failed_ = false;    // seal_range's failure was an fdatasync's (seal_mutex_ held)
     std::optional<std::string> poisoned_;
     LogStats counters_;  // the counter fields only; gauges are filled in by stats()
 
@@ -206,6 +234,7 @@ class LogWriter {
     std::atomic<uint64_t> durable_offset_{0};
     std::atomic<uint64_t> first_offset_{0};
     std::atomic<uint64_t> total_bytes_{0};
+    std::atomic<uint64_t> disk_bytes_{0};
     std::atomic<int64_t> oldest_ingest_ms_{ingest_ms_unknown};
 };
 

@@ -22,10 +22,9 @@ Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::
     return done;
 }
 
-SegmentWindow::SegmentWindow(int fd, std::string path, uint64_t first_offset, uint64_t file_bytes,
+SegmentWindow::SegmentWindow(SegmentSource& source, uint64_t first_offset, uint64_t file_bytes,
                              size_t block_bytes)
-    : fd_(fd),
-      path_(std::move(path)),
+    : source_(source),
       first_offset_(first_offset),
       file_bytes_(file_bytes),
       block_bytes_(block_bytes) {}
@@ -41,7 +40,7 @@ Result<std::string_view> SegmentWindow::view(uint64_t pos, uint64_t n) {
             std::min<uint64_t>(std::max<uint64_t>(block_bytes_, n), file_bytes_ - pos));
         if (want > buffer_.size()) buffer_.resize(want);
         have_ = 0;
-        auto got = pread_full(fd_, buffer_.data(), want, pos, path_);
+        auto got = source_.read(buffer_.data(), want, pos);
         if (!got) return std::unexpected(got.error());
         buffer_pos_ = pos;
         have_ = *got;

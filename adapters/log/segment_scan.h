@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "adapters/log/record.h"
+#include "adapters/log/segment_source.h"
 #include "core/result.h"
 
 namespace tidemark::log {
@@ -24,9 +25,9 @@ Result<size_t> pread_full(int fd, char* buf, size_t n, uint64_t pos, const std::
 /// being read, views come back shorter than asked.
 class SegmentWindow {
   public:
-    /// fd stays the caller's; path only names the file in errors; first_offset is the log
-    /// offset of the file's first byte.
-    SegmentWindow(int fd, std::string path, uint64_t first_offset, uint64_t file_bytes,
+    /// source stays the caller's (and names the file in errors); first_offset is the log offset
+    /// of the segment's first byte; positions are segment positions (offset - first_offset).
+    SegmentWindow(SegmentSource& source, uint64_t first_offset, uint64_t file_bytes,
                   size_t block_bytes);
     /// The file's bytes [pos, pos + n), cut short where file_bytes (or the file) ends first.
     /// Valid until the next call.
@@ -42,11 +43,10 @@ class SegmentWindow {
     uint64_t first_offset() const { return first_offset_; }
     /// The limit given, or less once a read found the file shorter.
     uint64_t file_bytes() const { return file_bytes_; }
-    const std::string& path() const { return path_; }
+    const std::string& path() const { return source_.path(); }
 
   private:
-    const int fd_;
-    const std::string path_;
+    SegmentSource& source_;
     const uint64_t first_offset_;
     uint64_t file_bytes_;
     const size_t block_bytes_;

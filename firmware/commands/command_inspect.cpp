@@ -51,10 +51,17 @@ json inspect_log(const std::string& dir, std::optional<uint64_t> checkpoint_offs
         return j;
     }
     uint64_t bytes = 0;
-    for (const auto& s : *segments)
+    uint64_t disk_bytes = 0;
+    uint64_t compressed = 0;
+    for (const auto& s : *segments) {
         bytes += s.bytes;
+        disk_bytes += s.disk_bytes;
+        compressed += s.compressed ? 1 : 0;
+    }
     j["segments"] = segments->size();
-    j["bytes"] = bytes;
+    j["compressed_segments"] = compressed;
+    j["bytes"] = bytes;            // frame bytes: the offsets the log covers
+    j["disk_bytes"] = disk_bytes;  // what its files take (blocks allocated; what retention counts)
     if (segments->empty()) return j;
     const uint64_t end = segments->back().first_offset + segments->back().bytes;
     j["first_offset"] = segments->front().first_offset;

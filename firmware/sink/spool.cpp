@@ -223,7 +223,7 @@ SpoolStats Spool::stats() const {
     s.end_offset = writer_->end_offset();
     s.committed_offset = committed_.load(std::memory_order_acquire);
     const log::LogStats log = writer_->stats();
-    s.disk_bytes = log.total_bytes;
+    s.disk_bytes = log.disk_bytes;
     s.segments = log.segments;
     std::lock_guard lock(mutex_);
     s.last_error = last_error_;

@@ -367,9 +367,14 @@ TEST_CASE("a crash at any point loses and duplicates no result", "[crash][slow]"
     // Each named point, at its first hit, an early one and later ones. The counts are reached
     // with the default stream (20 checkpoints, ~66 deliveries, hundreds of outbox appends).
     const std::vector<std::pair<std::string, std::vector<uint64_t>>> points = {
-        {"after_log_append", {1, 3, 17, 9000, 19'990}}, {"mid_checkpoint", {1, 3, 17}},
-        {"after_checkpoint_commit", {1, 3, 17}},        {"after_outbox_append", {1, 3, 17, 150}},
+        {"after_log_append", {1, 3, 17, 9000, 19'990}},
+        {"mid_checkpoint", {1, 3, 17}},
+        {"after_checkpoint_commit", {1, 3, 17}},
+        {"after_outbox_append", {1, 3, 17, 150}},
         {"after_outbox_delete", {1, 3, 17, 60}},
+        // storage.log_compression zstd (the default): a seal at each checkpoint's sync.
+        {"before_log_seal_write", {1, 3, 17}},
+        {"after_log_seal_write", {1, 3, 17}},
     };
     for (const auto& [point, hits] : points) {
         for (uint64_t hit : hits) {

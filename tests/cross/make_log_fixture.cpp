@@ -44,10 +44,15 @@ int die(const std::string& what) {
 
 }  // namespace
 
+// --zstd: the same records in compressed segments (fixtures/log_zstd, issue 30).
 int main(int argc, char** argv) {
-    if (argc != 2) return die("usage: make_log_fixture DIR (an empty or missing directory)");
+    const bool zstd = argc == 3 && std::string(argv[1]) == "--zstd";
+    if (argc != 2 && !zstd) {
+        return die("usage: make_log_fixture [--zstd] DIR (an empty or missing directory)");
+    }
     log::LogOptions options;
-    options.dir = argv[1];
+    options.dir = argv[argc - 1];
+    if (zstd) options.compression = log::Compression::zstd;
     options.fsync = log::FsyncPolicy::never;
     options.segment_bytes = 4096;  // several segments, so segment names and rollover are covered
     auto writer = log::LogWriter::open(options);

@@ -2,11 +2,17 @@
 // segment, at one of a few offsets (record.h; the first input byte chooses): decoding never reads
 // outside them, a frame that decodes ok lies inside them with its topic and payload (a compact
 // message's topic may come from the dictionary), and the cheap filter used while searching past
-// damage never rejects a frame that decodes ok.
+// damage never rejects a frame that decodes ok. The same bytes as a compressed segment's block
+// (zlog_block.h): a header that parses has sizes in bounds, a block that decodes gives exactly
+// raw_bytes, and re-encoding those gives a block that parses and decodes to them again.
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
+#include <string>
+
 #include "adapters/log/record.h"
+#include "adapters/log/zlog_block.h"
 #include "fuzz_input.h"
 
 using namespace tidemark;
@@ -56,5 +62,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     if (status == log::FrameStatus::bad_length) TM_FUZZ_CHECK(!head.has_value());
+
+    if (const auto block = log::parse_block_header(bytes)) {
+        TM_FUZZ_CHECK(block->raw_bytes > 0 && block->raw_bytes <= log::block_raw_bytes_max);
+        std::string raw;
+        const std::string_view rest = bytes.substr(log::block_header_bytes);
+        if (log::decode_block(*block, rest.substr(0, block->stored_bytes), raw)) {
+            TM_FUZZ_CHECK(raw.size() == block->raw_bytes);
+        }
+    }
+    // Any bytes round-trip through a block at the offset chosen above.
+    std::string encoded;
+    const std::string_view raw_in = bytes.substr(0, std::min<size_t>(bytes.size(), 4096));
+    if (!raw_in.empty() && log::encode_blocks(raw_in, offset, encoded).has_value()) {
+        const auto block = log::parse_block_header(encoded);
+        TM_FUZZ_CHECK(block.has_value() && block->first_offset == offset);
+        std::string raw;
+        TM_FUZZ_CHECK(log::decode_block(
+            *block, std::string_view(encoded).substr(log::block_header_bytes), raw));
+        TM_FUZZ_CHECK(raw == raw_in);
+    }
     return 0;
 }

@@ -6,6 +6,10 @@
 //    and records come back in the order they were written, except the duplicated frame, which
 //    may come back once more;
 //  - the writer opens the damaged directory (or refuses it with an error), never crashes.
+// Half the inputs write compressed segments (storage.log_compression zstd, a seal every few
+// records): the damage then falls on the .zlog files' blocks, and "before the first damaged
+// byte" means before the first offset of the block that byte is in (a damaged block costs its
+// range; no frame can be checked inside it).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,6 +22,7 @@
 #include "adapters/log/log_reader.h"
 #include "adapters/log/log_writer.h"
 #include "adapters/log/segment_files.h"
+#include "adapters/log/zlog_block.h"
 #include "fuzz_input.h"
 
 namespace {
@@ -73,6 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.dir = dir;
     options.fsync = log::FsyncPolicy::never;
     options.segment_bytes = 256 + in.below(1024);
+    const bool zstd = in.below(2) == 1;
+    const uint32_t seal_every = 1 + in.below(8);
+    if (zstd) options.compression = log::Compression::zstd;
     std::vector<Written> written;
     {
         auto writer = log::LogWriter::open(options);
@@ -87,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             auto offset = (*writer)->append(type, ingest_ms, topic, payload);
             TM_FUZZ_CHECK(offset.has_value());
             written.push_back({*offset, ingest_ms, type, std::move(topic), std::move(payload)});
+            if (zstd && (i + 1) % seal_every == 0) TM_FUZZ_CHECK((*writer)->sync().has_value());
         }
         TM_FUZZ_CHECK((*writer)->sync().has_value());
     }
@@ -96,11 +105,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TM_FUZZ_CHECK(segments.has_value() && !segments->empty());
     std::string all;
     std::vector<uint64_t> starts;
+    // Compressed: where each block starts in `all`, and the offset its frames start at.
+    std::vector<std::pair<uint64_t, uint64_t>> block_starts;
     for (const auto& s : *segments) {
         starts.push_back(all.size());
+        TM_FUZZ_CHECK(s.compressed == zstd);
+        if (zstd) {
+            int fd = ::open(s.path.c_str(), O_RDONLY);
+            TM_FUZZ_CHECK(fd >= 0);
+            log::BlockScan scan;
+            const std::string bytes = read_file(s.path);
+            TM_FUZZ_CHECK(log::scan_blocks(fd, s.path, bytes.size(), true, scan).has_value());
+            ::close(fd);
+            TM_FUZZ_CHECK(scan.good_file_bytes == bytes.size() && scan.bad_data_blocks == 0);
+            for (const auto& b : scan.blocks)
+                block_starts.emplace_back(all.size() + b.file_pos, b.header.first_offset);
+        }
         all += read_file(s.path);
     }
-    const uint64_t end = all.size();
+    const uint64_t file_end = all.size();
+    const uint64_t end =
+        zstd ? segments->back().first_offset + segments->back().bytes - (*segments)[0].first_offset
+             : file_end;
     // Offsets relative to the first segment (segments are contiguous: each starts where the
     // previous one ends).
     const uint64_t base = (*segments)[0].first_offset;
@@ -122,6 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             }
             case 2: {  // record i's frame written again over record j's (duplicated frame)
+                if (zstd) break;  // frames are not in the file as they are
                 const size_t i = in.below(static_cast<uint32_t>(written.size()));
                 const size_t j = in.below(static_cast<uint32_t>(written.size()));
                 const uint64_t len_i =
@@ -144,8 +171,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t k = 0; k < segments->size(); ++k) {
         const uint64_t from = std::min<uint64_t>(starts[k], all.size());
         const uint64_t to =
-            std::min<uint64_t>(k + 1 < starts.size() ? starts[k + 1] : end, all.size());
+            std::min<uint64_t>(k + 1 < starts.size() ? starts[k + 1] : file_end, all.size());
         write_file((*segments)[k].path, all.substr(from, to - from));  // O_TRUNC: cut too
+    }
+
+    if (zstd && damaged_from < file_end) {
+        // In offsets: the first offset of the block holding the first damaged byte.
+        uint64_t logical = 0;
+        for (const auto& [file_pos, first_offset] : block_starts)
+            if (file_pos <= damaged_from) logical = first_offset - base;
+        damaged_from = logical;
+    } else if (zstd) {
+        damaged_from = end;
     }
 
     // Read back: bounded by the records written (each read advances past a frame or damage).

@@ -50,15 +50,19 @@ CopyState read_copy(const std::string& data_dir) {
 }
 
 // Cuts the newest log segment at a random byte after the checkpoint's offset; returns the bytes
-// cut.
+// cut. A compressed segment (storage.log_compression zstd) loses the tail of its stage, the
+// frames appended since the last seal, which is what is not durable there (its blocks were
+// fdatasynced before the seal's end was durable; a checkpoint follows a seal).
 uint64_t cut_log_tail(const std::string& data_dir, uint64_t checkpoint_offset, std::mt19937& rng) {
     std::vector<std::filesystem::path> segments;
-    for (const auto& e : std::filesystem::directory_iterator(data_dir + "/log"))
-        if (e.path().extension() == ".log") segments.push_back(e.path());
+    for (const auto& e : std::filesystem::directory_iterator(data_dir + "/log")) {
+        const std::string name = e.path().filename().string();
+        if (name.ends_with(".log") || name.ends_with(".zlog.stage")) segments.push_back(e.path());
+    }
     if (segments.empty()) return 0;
-    std::sort(segments.begin(), segments.end());
+    std::sort(segments.begin(), segments.end());  // by the 20-digit first offset
     const auto& newest = segments.back();
-    const uint64_t first = std::stoull(newest.stem().string());
+    const uint64_t first = std::stoull(newest.filename().string().substr(0, 20));
     const uint64_t size = std::filesystem::file_size(newest);
     const uint64_t keep_min = checkpoint_offset > first ? checkpoint_offset - first : 0;
     if (keep_min >= size) return 0;
