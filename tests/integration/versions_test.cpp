@@ -68,14 +68,16 @@ nlohmann::json pipeline(const std::string& name, const std::string& window_size)
 }
 
 // The rig's config with every result kept in the outbox (a compacted update would be missing
-// upstream but present in the replay). A slow backfill: 0.2% of a core in 1 ms slices reads
-// about 4000 records a second on an x86 VM, where the engine reads 1-2 million a second at full
-// speed (a backfill gathers its share while idle, up to one slice, so the slice bounds its first
-// burst too: at the default 200 ms, 30000 records went in one burst).
+// upstream but present in the replay). A slow backfill: 0.5% of the time in 1 ms slices (a
+// backfill gathers its share while idle, up to one slice, so the slice bounds its first burst
+// too: at the default 200 ms, 30000 records went in one burst). Each slice is charged its read
+// and its commit's fsync, so the pace is set by the disk's fsync latency, not the engine: at
+// 0.2% it read 380 records a second here at load 3 (the kill case took 173 s of its 200) and
+// 155-170 beside other builds, where both cases below ran past their waits.
 nlohmann::json base(const Rig& rig, bool slow_backfill) {
     auto cfg = rig.config();
     cfg["upstream"]["compact_superseded"] = false;
-    if (slow_backfill) cfg["backfill"] = {{"max_share", 0.002}, {"max_live_delay", "1ms"}};
+    if (slow_backfill) cfg["backfill"] = {{"max_share", 0.005}, {"max_live_delay", "1ms"}};
     return cfg;
 }
 
@@ -587,7 +589,7 @@ TEST_CASE("reload widens a window: a new version backfills, then switches once",
             return x.contains("last_reload") && live_version(x, "p") != s.old_version &&
                    !live_version(x, "p").empty();
         },
-        90s, "the new version live");
+        180s, "the new version live");
     INFO("health after the switch " << h.dump());
     CHECK(h["last_reload"].value("ok", false));
     CHECK(backfill_state(h, "p") == "switched");
