@@ -111,7 +111,10 @@ struct StorageConfig {
     uint64_t segment_bytes = 64ULL << 20;
     // zstd: 0.18 disk bytes per payload byte instead of 1.14 (docs/BENCHMARKS.md, "log
     // compression"), with the same crash and power-loss promises (log_seal.cpp).
-    LogCompression log_compression = LogCompression::zstd;
+    // none by default for now: a seal needs room for its blocks, so on a full disk a sync (and so
+    // a checkpoint) fails until room is made, where a plain segment syncs in place (DECISIONS,
+    // "Compressed log segments").
+    LogCompression log_compression = LogCompression::none;
 };
 
 struct CheckpointConfig {
