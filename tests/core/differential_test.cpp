@@ -19,22 +19,11 @@ constexpr int64_t s_ms = 1000;
 
 Record event(int64_t ingest_ms, std::string key, int64_t event_ms, double value,
              std::string partition = {}) {
-    static uint64_t order = 0;
-    Record r;
-    r.ingest_ms = ingest_ms;
-    r.key = std::move(key);
-    r.partition = std::move(partition);
-    r.event_ms = event_ms;
-    r.order = ++order;
-    r.fields = {value};
-    return r;
+    return model::event_record(ingest_ms, std::move(key), event_ms, value, std::move(partition));
 }
 
 Record tick(int64_t ingest_ms) {
-    Record r;
-    r.tick = true;
-    r.ingest_ms = ingest_ms;
-    return r;
+    return model::tick_record(ingest_ms);
 }
 
 core::PipelineSpec base_spec() {

@@ -142,6 +142,26 @@ std::string device_name(int index, bool tricky) {
 
 }  // namespace
 
+Record event_record(int64_t ingest_ms, std::string key, int64_t event_ms, double value,
+                    std::string partition) {
+    static uint64_t order = 0;
+    Record r;
+    r.ingest_ms = ingest_ms;
+    r.key = std::move(key);
+    r.partition = std::move(partition);
+    r.event_ms = event_ms;
+    r.order = ++order;
+    r.fields = {value};
+    return r;
+}
+
+Record tick_record(int64_t ingest_ms) {
+    Record r;
+    r.tick = true;
+    r.ingest_ms = ingest_ms;
+    return r;
+}
+
 Scenario generate_scenario(uint64_t seed) {
     Rng rng(seed);
     Scenario sc;

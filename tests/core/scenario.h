@@ -27,6 +27,12 @@ struct Scenario {
 /// The same seed gives the same scenario on every platform (no std distributions).
 Scenario generate_scenario(uint64_t seed);
 
+/// One event of `key` (and `partition`, when it is not the key) with one field, `value`; the
+/// order of arrival is that of the calls. And an idle tick at `ingest_ms`.
+Record event_record(int64_t ingest_ms, std::string key, int64_t event_ms, double value,
+                    std::string partition = {});
+Record tick_record(int64_t ingest_ms);
+
 /// How the engine is driven: checkpoints into one in-memory store after the records named in
 /// `checkpoint_after`, and at the records named in `cut_after` also a checkpoint, then a new
 /// engine restored from the store. At `failed_checkpoint_after` a checkpoint goes into a scratch

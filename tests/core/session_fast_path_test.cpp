@@ -19,21 +19,11 @@ constexpr int64_t t0_ms = 28'333'333LL * 60'000;
 constexpr int64_t s_ms = 1000;
 
 Record event(int64_t ingest_ms, int64_t event_ms, double value) {
-    static uint64_t order = 0;
-    Record r;
-    r.ingest_ms = ingest_ms;
-    r.key = "k";
-    r.event_ms = event_ms;
-    r.order = ++order;
-    r.fields = {value};
-    return r;
+    return model::event_record(ingest_ms, "k", event_ms, value);
 }
 
 Record tick(int64_t ingest_ms) {
-    Record r;
-    r.tick = true;
-    r.ingest_ms = ingest_ms;
-    return r;
+    return model::tick_record(ingest_ms);
 }
 
 // Gap 10 s; count, min and max of the value; watermark delay 0, so that the watermark is the

@@ -53,6 +53,8 @@ constexpr size_t deliver_rows_max = 50;  // one forwarder batch
 // only a checkpoint or maybe_sync() moves; "always" costs an fdatasync per record. Power loss is
 // the power-loss test's subject, not this one's. Compaction is off: with it on, which rows
 // survive depends on when the forwarder claimed them, which legitimately differs between runs.
+// Compressed segments (not the default yet): the seal's crash points are among the kills, and
+// plain segments' kills are the soak's, kill9's and log_test's.
 std::string config_json(const std::string& data_dir) {
     const std::string common = R"(
       "topic": "sensors/+/telemetry",
@@ -68,6 +70,7 @@ std::string config_json(const std::string& data_dir) {
   "data_dir": ")" +
            data_dir + R"(",
   "storage": {"map_size": "256MiB", "fsync": "never", "segment_size": "64KiB",
+              "log_compression": "zstd",
               "log_retention": {"max_age": "36500d", "max_bytes": "1GiB"}},
   "source": {"uri": "tcp://127.0.0.1:1"},
   "upstream": {"uri": "tcp://127.0.0.1:1", "compact_superseded": false,

@@ -372,7 +372,7 @@ TEST_CASE("a crash at any point loses and duplicates no result", "[crash][slow]"
         {"after_checkpoint_commit", {1, 3, 17}},
         {"after_outbox_append", {1, 3, 17, 150}},
         {"after_outbox_delete", {1, 3, 17, 60}},
-        // storage.log_compression zstd (the default): a seal at each checkpoint's sync.
+        // storage.log_compression zstd (crash_child's config): a seal at each checkpoint's sync.
         {"before_log_seal_write", {1, 3, 17}},
         {"after_log_seal_write", {1, 3, 17}},
     };

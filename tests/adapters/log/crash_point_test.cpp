@@ -32,21 +32,7 @@ TEST_CASE("TIDEMARK_CRASH_AT=after_log_append:N kills at the Nth append", "[log]
 #else
     TempDir tmp;
     std::string dir = tmp.sub("log");
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-        ::setenv("TIDEMARK_CRASH_AT", "after_log_append:5", 1);
-        ::setenv("TM_LOG_CRASH_DIR", dir.c_str(), 1);
-        char name[] = "log_test";
-        char filter[] = "[.crash-child]";
-        char* argv[] = {name, filter, nullptr};
-        ::execv("/proc/self/exe", argv);
-        ::_exit(3);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 137);
+    REQUIRE(run_crash_child("log_test", "[.crash-child]", "after_log_append:5", dir) == 137);
     auto records = read_all(dir);
     REQUIRE(records.size() == 5);
     REQUIRE(records.back().payload == payload_of(4, 64));

