@@ -21,6 +21,7 @@
 #include <string>
 
 #include "adapters/log/log_writer.h"
+#include "adapters/log/log_writer_internal.h"
 #include "adapters/log/segment_files.h"
 #include "adapters/log/segment_scan.h"
 #include "adapters/log/zlog_block.h"
@@ -30,12 +31,6 @@ namespace tidemark::log {
 namespace {
 
 constexpr uint64_t punch_align_bytes = 4096;  // whole pages only: a partial one would be zeroed
-
-void raise(std::atomic<uint64_t>& value, uint64_t to) {
-    uint64_t seen = value.load(std::memory_order_relaxed);
-    while (seen < to && !value.compare_exchange_weak(seen, to, std::memory_order_acq_rel)) {
-    }
-}
 
 }  // namespace
 
@@ -135,7 +130,7 @@ Result<void> LogWriter::seal() {
         counters_.sealed_bytes += job.to - job.from;
         counters_.block_bytes += *zlog - job.zlog_bytes;
         if (job.active) ++counters_.syncs;
-        raise(durable_offset_, job.first_offset + job.to);
+        detail::raise_to(durable_offset_, job.first_offset + job.to);
         if (seg == &segments_.back()) {
             punch_stage(*seg);
         } else if (seg->sealed_bytes == seg->bytes) {
