@@ -229,6 +229,17 @@ StoreError partly_done(StoreError e, size_t done, size_t total);
 
 StoreError read_only_error(const std::string& dir);
 
+// The environment of `o.dir`, its flags spelled out in env.cpp (read-only: MDB_RDONLY).
+StoreResult<MDB_env*> open_env(const StoreOptions& o, bool read_only, Store::Impl& impl);
+
+// Before the store's environment is opened (store_open.cpp): an existing store is checked
+// read-only, a missing one created (or refused read-only). Returns whether it is fresh.
+StoreResult<bool> prepare(const StoreOptions& options, Store::Impl& impl);
+
+// After it: the named databases opened (created unless read-only), an older format upgraded,
+// the format version and a fresh store's seq counters written.
+StoreResult<void> open_databases(Store::Impl& impl, bool read_only, bool fresh);
+
 // After a delete in a map used up to its reserve, one small commit that rewrites `meta_key`
 // with its own value, so that the pages the delete freed reach the next write (outbox.cpp says
 // why). Nothing in a map with room.
