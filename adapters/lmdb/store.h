@@ -141,9 +141,10 @@ class Store {
     /// the one that covers every id appended before it; the cost is a tree drop (the pages are
     /// freed, not rewritten), not a delete per id. Returns the number of ids forgotten.
     StoreResult<size_t> prune_ids(uint64_t below_seq);
-    /// Claims every row with seq < seq_next (see outbox_peek); claims only move forward. Not
-    /// needed for safety since outbox_peek claims what it returns. Starts at the seq_next found
-    /// at open: rows from before a restart may have reached the broker.
+    /// Claims every row with seq < seq_next (see outbox_peek); claims only move forward. The
+    /// forwarder never calls it: outbox_peek claims what it returns (tests set a claim with it).
+    /// Starts at the seq_next found at open: rows from before a restart may have reached the
+    /// broker.
     void set_claimed(uint64_t seq_next);
     uint64_t claimed_seq_next() const { return claimed_seq_next_.load(); }
     StoreResult<OutboxStats> outbox_stats();

@@ -26,8 +26,10 @@ struct OutboundRow {
 };
 
 /// What the forwarder needs from the outbox; the runtime implements it over LMDB.
-/// peek() and claimed() are called from the forwarder's thread, delivered() from its deleter
-/// thread, possibly while a peek() runs: an implementation must allow that.
+/// peek() is called from the forwarder's thread, delivered() from its deleter thread, possibly
+/// while a peek() runs: an implementation must allow that. A row peek() returned may be on the
+/// wire from then on: the source keeps it from compaction itself (lmdb's outbox_peek claims what
+/// it returns), so nothing about it comes back from here.
 class OutboxSource {
   public:
     virtual ~OutboxSource() = default;
@@ -37,10 +39,6 @@ class OutboxSource {
     /// duplicate, but may name a row that is already gone (an acknowledgement that arrived for
     /// a copy sent before a reconnect): that is not an error.
     virtual Result<void> delivered(std::span<const uint64_t> seqs) = 0;
-    /// Rows with seq < seq_next may be on the wire: compaction must leave them alone. Never
-    /// decreases (after a reconnect the forwarder re-sends from the oldest row, but the rows it
-    /// had sent before may already be upstream).
-    virtual void claimed(uint64_t seq_next) = 0;
 };
 
 struct ForwarderOptions {

@@ -38,7 +38,6 @@ class Forwarder::Impl {
         OutboxSource* source = nullptr;
         std::deque<OutboundRow> buffer;   ///< at most peek_rows rows
         uint64_t next_seq = 0;            ///< the next row to read
-        uint64_t claimed = 0;             ///< told to the source; never decreases
         bool drained = false;             ///< the last peek came back short: wait for news
         std::vector<uint64_t> to_delete;  ///< acknowledged, not yet deleted
     };

@@ -84,10 +84,6 @@ void Forwarder::Impl::fill_window() {
             stream.next_seq = stream.buffer.front().seq + 1;
             stream.buffer.pop_front();
         }
-        if (stream.next_seq > stream.claimed) {
-            stream.claimed = stream.next_seq;
-            stream.source->claimed(stream.claimed);
-        }
         if (inflight_.size() >= max_inflight) break;
     }
 }

@@ -45,7 +45,6 @@ class OutboxSource : public mqtt::OutboxSource {
         if (!ok) return fail(ok.error().message);
         return {};
     }
-    void claimed(uint64_t seq_next) override { store_.set_claimed(seq_next); }
 
   private:
     // "tidemark/{node_id}/{pipeline}/{key}" -> "tidemark/{node_id}/{pipeline}".
@@ -86,7 +85,6 @@ class SideSource : public mqtt::OutboxSource {
         if (!ok) return fail(ok.error().message);
         return {};
     }
-    void claimed(uint64_t) override {}  // side rows are never compacted
 
   private:
     lmdb::Store& store_;

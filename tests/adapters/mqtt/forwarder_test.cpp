@@ -66,11 +66,6 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
         ++delete_batches_;
         return {};
     }
-    void claimed(uint64_t seq_next) override {
-        std::lock_guard lock(mutex_);
-        if (seq_next < claimed_) claim_went_back_ = true;
-        claimed_ = seq_next;
-    }
     void set_paused(bool paused) {
         std::lock_guard lock(mutex_);
         paused_ = paused;
@@ -95,10 +90,6 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
         std::lock_guard lock(mutex_);
         return delete_batches_;
     }
-    bool claim_went_back() const {
-        std::lock_guard lock(mutex_);
-        return claim_went_back_;
-    }
 
   private:
     mutable std::mutex mutex_;
@@ -106,9 +97,7 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
     bool deletes_blocked_ = false;
     std::map<uint64_t, OutboundRow> rows_;
     uint64_t next_seq_ = 1;
-    uint64_t claimed_ = 0;
     bool paused_ = false;
-    bool claim_went_back_ = false;
     int unordered_batches_ = 0;
     int delete_batches_ = 0;
 };
