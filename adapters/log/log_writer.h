@@ -129,8 +129,10 @@ class LogWriter {
                                       std::string_view topic, std::string_view payload,
                                       bool redeliverable = true);
     /// FsyncPolicy::interval: syncs when now_ms is fsync_interval_ms past the last sync made
-    /// here (now_ms is the caller's clock; no clock is read inside). Returns whether it synced.
-    /// A no-op for the other policies.
+    /// here (now_ms is the caller's clock; no clock is read inside); a compressed log under
+    /// FsyncPolicy::always seals on the same interval (its records are durable in the stage
+    /// already). Returns whether it synced. A no-op otherwise. The firmware's ticker calls it
+    /// every 100 ms.
     Result<bool> maybe_sync(int64_t now_ms);
     /// Makes every record appended so far durable, whatever the policy. A failure poisons the
     /// writer (see the class comment).

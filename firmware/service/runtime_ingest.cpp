@@ -71,8 +71,7 @@ Result<void> Service::start_ingest() {
     auto ingest = make_ingest();
     if (!ingest) return std::unexpected(ingest.error());
     ingest_ = std::move(*ingest);
-    ticker_ = std::make_unique<Ticker>(config_, parts_->host().log(), parts_->alarms(), *appender_,
-                                       clock_);
+    ticker_ = std::make_unique<Ticker>(parts_->host().log(), parts_->alarms(), *appender_, clock_);
 
     try_start_ingest();
     notifier_.ready();

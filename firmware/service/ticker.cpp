@@ -17,9 +17,8 @@ constexpr auto ticker_wake = std::chrono::milliseconds(100);
 
 }  // namespace
 
-Ticker::Ticker(const config::Config& config, log::LogWriter& log, Alarms& alarms,
-               LogAppender& appender, const core::Clock& clock)
-    : config_(config), log_(log), alarms_(alarms), appender_(appender), clock_(clock) {
+Ticker::Ticker(log::LogWriter& log, Alarms& alarms, LogAppender& appender, const core::Clock& clock)
+    : log_(log), alarms_(alarms), appender_(appender), clock_(clock) {
     thread_ = std::thread([this] { run(); });
 }
 
@@ -34,16 +33,13 @@ Ticker::~Ticker() {
 
 void Ticker::run() {
     std::unique_lock<std::mutex> lk(mutex_);
-    int64_t next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
     while (!wake_.wait_for(lk, ticker_wake, [&] { return stop_; })) {
         appender_.tick_if_idle(tick_interval_ms);
-        // fsync=interval: the sync runs here, outside the append lock (LogWriter::sync
-        // fdatasyncs a dup of the fd), so ingest never waits for the disk.
-        if (config_.storage.fsync == config::FsyncPolicy::interval &&
-            clock_.steady_ms() >= next_sync_ms) {
-            next_sync_ms = clock_.steady_ms() + config_.storage.fsync_interval_ms;
-            if (auto synced = log_.sync(); !synced) alarms_.append_failed(synced.error().message);
-        }
+        // The interval's sync (fsync=interval), or a compressed log's seal, runs here, outside
+        // the append lock (LogWriter::sync fdatasyncs a file description of its own), so ingest
+        // never waits for the disk. When it is due is the writer's to say: one interval policy.
+        if (auto synced = log_.maybe_sync(clock_.steady_ms()); !synced)
+            alarms_.append_failed(synced.error().message);
     }
 }
 

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <thread>
 
-#include "adapters/config/config.h"
 #include "core/clock.h"
 
 namespace tidemark::log {
@@ -18,15 +17,15 @@ class Alarms;
 class LogAppender;
 
 /// Operation: every 100 ms, an idle tick through the appender when nothing was appended for a
-/// second and ingest is live (LogAppender::tick_if_idle); with fsync=interval, the log's
-/// fdatasync every fsync_interval, outside the append lock (LogWriter::sync fdatasyncs a dup of
-/// the fd), so ingest never waits for the disk. A failed sync raises the append alarm.
+/// second and ingest is live (LogAppender::tick_if_idle); LogWriter::maybe_sync, which says when
+/// the interval's fdatasync (fsync=interval) or a compressed log's seal is due, outside the
+/// append lock (LogWriter::sync fdatasyncs a file description of its own), so ingest never waits
+/// for the disk. A failed sync raises the append alarm.
 /// Concurrency: its own thread; stops (and joins) on destruction.
 class Ticker {
   public:
     /// Everything passed must outlive the ticker.
-    Ticker(const config::Config& config, log::LogWriter& log, Alarms& alarms, LogAppender& appender,
-           const core::Clock& clock);
+    Ticker(log::LogWriter& log, Alarms& alarms, LogAppender& appender, const core::Clock& clock);
     ~Ticker();
     Ticker(const Ticker&) = delete;
     Ticker& operator=(const Ticker&) = delete;
@@ -34,7 +33,6 @@ class Ticker {
   private:
     void run();
 
-    const config::Config& config_;
     log::LogWriter& log_;
     Alarms& alarms_;
     LogAppender& appender_;
