@@ -38,6 +38,9 @@ void Ticker::run() {
         // The interval's sync (fsync=interval), or a compressed log's seal, runs here, outside
         // the append lock (LogWriter::sync fdatasyncs a file description of its own), so ingest
         // never waits for the disk. When it is due is the writer's to say: one interval policy.
+        // A poisoned writer was reported by whoever hit it, and every append says so again:
+        // asking every 100 ms would count one failure ten times a second in append_errors.
+        if (log_.poisoned()) continue;
         if (auto synced = log_.maybe_sync(clock_.steady_ms()); !synced)
             alarms_.append_failed(synced.error().message);
     }
