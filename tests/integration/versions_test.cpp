@@ -788,12 +788,14 @@ TEST_CASE("kill -9 during a backfill: the restart resumes it and ends with repla
     const std::string new_path = write_config(rig.dir.path(), "new.json", new_cfg);
     rewrite_config(rig, new_cfg);
     sighup(rig);
+    // The pace is the disk's (base()): 7,300 records a second here, 79 in CI beside
+    // power_loss_copy_test, where 3000 records took longer than 30 s.
     const auto progress = rig.wait_health(
         [](const nlohmann::json& x) {
             return backfill_state(x, "p") == "running" &&
-                   x["pipelines"]["p"]["backfill"].value("records", int64_t{0}) >= 3'000;
+                   x["pipelines"]["p"]["backfill"].value("records", int64_t{0}) >= 1'000;
         },
-        30s, "backfill running, 3000 records in");
+        90s, "backfill running, 1000 records in");
     const int64_t progress_offset = progress["pipelines"]["p"]["backfill"]["offset"].get<int64_t>();
     // Past a checkpoint interval (1 s) after that position, so that a checkpoint holds it.
     std::this_thread::sleep_for(1500ms);
@@ -823,12 +825,25 @@ TEST_CASE("kill -9 during a backfill: the restart resumes it and ends with repla
         CHECK(resumed["pipelines"]["p"]["backfill"]["version"] ==
               before_kill["pipelines"]["p"]["backfill"]["version"]);
     }
-    // Generous: the backfill is paced by its share of the time, fsyncs included, and a loaded
-    // machine (CI beside other builds) has taken it past two minutes.
-    wait_version_records(rig, up, "p", 2, 200s);
+    // The old version runs live while the resumed backfill goes on: a result of it after the
+    // restart, before the switch.
+    const bool old_ran = eventually(
+        [&] {
+            const auto all = seen(up);
+            return payloads_dedup(results_of(all, "p", old_version)).size() > old_before_restart ||
+                   version_records(all, "p").size() >= 2;
+        },
+        60s);
+    REQUIRE(old_ran);
+    CHECK(version_records(seen(up), "p").size() == 1);
+    // Then the rest at the default pace (a reload changes backfill settings and no version):
+    // at 0.5% the rest would have taken 500 s in CI (its eta_s there).
+    auto fast_cfg = new_cfg;
+    fast_cfg.erase("backfill");
+    rewrite_config(rig, fast_cfg);
+    sighup(rig);
+    wait_version_records(rig, up, "p", 2, 120s);
     check_live_until_switch(rig, kill_ms, old_version);
-    // The old version ran live while the resumed backfill went on.
-    CHECK(payloads_dedup(results_of(seen(up), "p", old_version)).size() > old_before_restart);
     std::this_thread::sleep_for(3s);
     publisher.stop();
     freeze_and_stop(rig, up);
