@@ -119,7 +119,7 @@ Result<void> LogWriter::recover() {
             continue;
         }
         int zfd = ::open(files[i].path.c_str(), O_RDONLY | O_CLOEXEC);
-        BlockScan blocks;
+        BlockScan blocks(seg.first_offset);
         if (zfd >= 0) {
             auto scanned = scan_blocks(zfd, files[i].path, seg.zlog_bytes, false, blocks);
             ::close(zfd);
@@ -162,7 +162,7 @@ Result<void> LogWriter::recover() {
         // stage only after its blocks are synced), or they were not durable.
         int zfd = ::open(last.path.c_str(), O_RDWR | O_CLOEXEC);
         if (zfd >= 0) {
-            BlockScan blocks;
+            BlockScan blocks(newest.first_offset);
             auto scanned = scan_blocks(zfd, last.path, newest.zlog_bytes, true, blocks);
             if (scanned && blocks.good_file_bytes < newest.zlog_bytes &&
                 ::ftruncate(zfd, static_cast<off_t>(blocks.good_file_bytes)) != 0) {

@@ -32,7 +32,7 @@ Result<uint64_t> blocks_end(const std::string& path, uint64_t first_offset) {
         return fail("cannot open log segment " + path + ": " + std::strerror(errno));
     }
     struct stat st {};
-    BlockScan scan;
+    BlockScan scan(first_offset);
     Result<void> scanned =
         ::fstat(fd, &st) == 0
             ? scan_blocks(fd, path, static_cast<uint64_t>(st.st_size), false, scan)

@@ -52,6 +52,7 @@ Result<SegmentSource> SegmentSource::compressed(const std::string& dir, uint64_t
     SegmentSource source;
     source.dir_ = dir;
     source.first_offset_ = first_offset;
+    source.scan_ = BlockScan(first_offset);
     source.compressed_ = true;
     source.path_ = zlog_path(dir, first_offset);
     source.stage_fd_ = stage_fd;
@@ -112,7 +113,7 @@ Result<void> SegmentSource::refresh(uint64_t need) {
     }
     const auto bytes = static_cast<uint64_t>(st.st_size);
     if (bytes < scanned_bytes_) {  // cut (a writer's recovery): start over
-        scan_ = BlockScan{};
+        scan_ = BlockScan(first_offset_);
         cached_.reset();
         scanned_bytes_ = 0;
         scan_stopped_ = false;

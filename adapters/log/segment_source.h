@@ -66,7 +66,7 @@ class SegmentSource {
     bool owns_fd_ = false;
     int stage_fd_ = -1;
     bool owns_stage_ = false;
-    BlockScan scan_;
+    BlockScan scan_{0};             // first_offset set by compressed()
     uint64_t scanned_bytes_ = 0;    // the .zlog's size at the last walk
     bool scan_stopped_ = false;     // that walk stopped early (at a `need`)
     std::optional<size_t> cached_;  // index of the block in raw_

@@ -41,8 +41,8 @@ Contexts& contexts() {
     return c;
 }
 
-uint32_t header_crc(const char* header, uint64_t first_offset) {
-    return crc32c(block_crc_seed(first_offset), std::string_view(header + 8, 24));
+uint32_t header_crc(const char* header) {
+    return crc32c(block_header_crc_seed, std::string_view(header + 8, 24));
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ std::optional<BlockHeader> parse_block_header(std::string_view bytes) {
     if (get_le(p, 4) != block_magic) return std::nullopt;
     BlockHeader h;
     h.first_offset = get_le(p + 8, 8);
-    if (get_le(p + 4, 4) != header_crc(p, h.first_offset)) return std::nullopt;
+    if (get_le(p + 4, 4) != header_crc(p)) return std::nullopt;
     h.raw_bytes = static_cast<uint32_t>(get_le(p + 16, 4));
     h.stored_bytes = static_cast<uint32_t>(get_le(p + 20, 4));
     h.codec = static_cast<uint8_t>(p[24]);
@@ -92,7 +92,7 @@ Result<size_t> encode_blocks(std::string_view raw, uint64_t first_offset, std::s
                crc32c(block_crc_seed(first_offset),
                       std::string_view(header + block_header_bytes, stored)),
                4);
-        put_le(header + 4, header_crc(header, first_offset), 4);
+        put_le(header + 4, header_crc(header), 4);
         first_offset += n;
         raw.remove_prefix(n);
         ++blocks;
@@ -130,15 +130,18 @@ Result<void> scan_blocks(int fd, const std::string& path, uint64_t file_bytes, b
         }
         return std::string_view(buffer.data() + (pos - buffer_pos), n);
     };
-    auto min_offset = [&] { return scan.blocks.empty() ? 0 : scan.blocks.back().end_offset(); };
-    // A block at pos: its header is valid, it follows the last one, and it fits in the file.
+    auto min_offset = [&] {
+        return scan.blocks.empty() ? scan.first_offset : scan.blocks.back().end_offset();
+    };
+    // A block at pos: its header is valid, it starts in [min_offset(), max_first] (after the
+    // last one), and it fits in the file.
     char head[block_header_bytes];
-    auto block_at = [&](uint64_t pos) -> Result<std::optional<BlockHeader>> {
+    auto block_at = [&](uint64_t pos, uint64_t max_first) -> Result<std::optional<BlockHeader>> {
         // A pread of the header alone: a walk over a segment's blocks reads ~1 % of it.
         auto got = pread_full(fd, head, sizeof head, pos, path);
         if (!got) return std::unexpected(got.error());
         auto header = parse_block_header(std::string_view(head, *got));
-        if (!header || header->first_offset < min_offset() ||
+        if (!header || header->first_offset < min_offset() || header->first_offset > max_first ||
             pos + block_header_bytes + header->stored_bytes > file_bytes) {
             return std::optional<BlockHeader>();
         }
@@ -153,7 +156,7 @@ Result<void> scan_blocks(int fd, const std::string& path, uint64_t file_bytes, b
             scan.stopped = true;
             break;
         }
-        auto header = block_at(pos);
+        auto header = block_at(pos, min_offset());
         if (!header) return std::unexpected(header.error());
         uint64_t at = pos;
         if (!*header) {
@@ -163,7 +166,11 @@ Result<void> scan_blocks(int fd, const std::string& path, uint64_t file_bytes, b
                 auto bytes = view(at, 4);
                 if (!bytes) return std::unexpected(bytes.error());
                 if (bytes->size() < 4 || get_le(bytes->data(), 4) != block_magic) continue;
-                auto next = block_at(at);
+                // The blocks [pos, at) could have held: at least block_header_bytes + 1
+                // bytes each, a first one even if the run is shorter (a header cut short).
+                const uint64_t lost_max = std::max<uint64_t>(
+                    1, (at - pos + block_header_bytes) / (block_header_bytes + 1));
+                auto next = block_at(at, min_offset() + lost_max * block_raw_bytes_max);
                 if (!next) return std::unexpected(next.error());
                 if (*next) {
                     found = *next;

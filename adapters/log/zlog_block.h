@@ -2,7 +2,7 @@
 // bytes (record.h), compressed with zstd, each framed and checked like a record.
 //
 // Block (little-endian), back to back from the file's start:
-//   u32 magic "TMZB" | u32 crc32c(header bytes 8..32) seeded with block_crc_seed(first_offset)
+//   u32 magic "TMZB" | u32 crc32c(header bytes 8..32) seeded with block_header_crc_seed
 //   | u64 first_offset | u32 raw_bytes | u32 stored_bytes | u8 codec (1 zstd) | u8[3] zero
 //   | u32 crc32c(stored bytes) seeded with block_crc_seed(first_offset) | stored bytes
 // first_offset is the log offset of the first frame byte the block holds: offsets are those of
@@ -11,9 +11,15 @@
 // were lost to damage. A block may end inside a frame (a seal splits long runs at
 // block_raw_bytes_max); the frame goes on in the next block.
 // Two CRCs: the header's tells where a block is and what range it covers even when its data is
-// damaged, so a damaged block costs its own range, not the rest of the segment; both are seeded
-// with the offset, so a block copied to another place (a stale sector, a misdirected write) is
-// damage there.
+// damaged, so a damaged block costs its own range, not the rest of the segment. The header's
+// covers first_offset as data, from a constant seed: seeded with the offset too, the seed's
+// low word and the field's cancel in CRC-32C (the register starts as the seed XOR the first
+// four bytes), and a flipped low bit of first_offset went unseen (a fuzz input put a block at
+// offset 2^28, a 256 MiB segment of zeros that the reader's search walked byte by byte). The
+// data's is seeded with the offset. A block whose header is valid must still fit where it is
+// found (scan_blocks): right after the previous block, or after a damaged run no further on
+// than the blocks that run could have held, so that a block copied from another place (a stale
+// sector, a misdirected write) is damage there.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +40,7 @@ inline constexpr uint8_t block_codec_zstd = 1;
 /// zstd level 1: the codec bench's best ratio per CPU on the log's bytes (docs/BENCHMARKS.md).
 inline constexpr int block_zstd_level = 1;
 
+inline constexpr uint32_t block_header_crc_seed = 0x5a4c4f47u;
 inline uint32_t block_crc_seed(uint64_t first_offset) {
     return static_cast<uint32_t>(first_offset ^ (first_offset >> 32)) ^ 0x5a4c4f47u;
 }
@@ -67,6 +74,8 @@ struct BlockEntry {
 
 /// What a walk over a `.zlog` file's block headers found.
 struct BlockScan {
+    explicit BlockScan(uint64_t segment_first_offset) : first_offset(segment_first_offset) {}
+    uint64_t first_offset;           // the segment's: where its first block starts
     std::vector<BlockEntry> blocks;  // in file order, offsets increasing
     uint64_t good_file_bytes = 0;    // the end of the last whole block (a torn tail after it)
     uint64_t damaged_regions = 0;    // runs of invalid header bytes with a valid block after
@@ -77,10 +86,13 @@ struct BlockScan {
 
 /// Walks the block headers of the file `fd` (path names it in errors) from
 /// scan.good_file_bytes to file_bytes, appending to scan (so that a reader tailing a file calls
-/// it again as the file grows). At an invalid header it searches byte by byte for the next valid
-/// one with a first_offset not below the last block's end: found, the bytes between are damage
-/// (counted, skipped); not found, a torn tail or a block being written (the walk ends there). A
-/// block that does not fit in the file ends the walk the same way. check_data: also verify each
+/// it again as the file grows). A block must start where the last one ends (the first at
+/// scan.first_offset). At an invalid header, or one that does not start there, it searches byte
+/// by byte for the next valid one that starts at or after the last block's end and at most as far
+/// on as the damaged run's bytes could have held blocks (one block_raw_bytes_max each
+/// block_header_bytes + 1 bytes, at least one): found, the bytes between are damage (counted,
+/// skipped); not found, a torn tail or a block being written (the walk ends there). A block that
+/// does not fit in the file ends the walk the same way. check_data: also verify each
 /// block's data CRC (the writer's open(), for the newest segment): a last block whose data fails
 /// ends the walk (a torn tail: the writer cuts it), one in the middle is damage, kept (readers
 /// skip it) and counted in bad_data_blocks.

@@ -113,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (zstd) {
             int fd = ::open(s.path.c_str(), O_RDONLY);
             TM_FUZZ_CHECK(fd >= 0);
-            log::BlockScan scan;
+            log::BlockScan scan(s.first_offset);
             const std::string bytes = read_file(s.path);
             TM_FUZZ_CHECK(log::scan_blocks(fd, s.path, bytes.size(), true, scan).has_value());
             ::close(fd);
