@@ -42,7 +42,7 @@ inline constexpr int block_zstd_level = 1;
 
 inline constexpr uint32_t block_header_crc_seed = 0x5a4c4f47u;
 inline uint32_t block_crc_seed(uint64_t first_offset) {
-    return static_cast<uint32_t>(first_offset ^ (first_offset >> 32)) ^ 0x5a4c4f47u;
+    return static_cast<uint32_t>(first_offset ^ (first_offset >> 32)) ^ block_header_crc_seed;
 }
 
 struct BlockHeader {

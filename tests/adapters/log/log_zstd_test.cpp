@@ -268,12 +268,7 @@ BlockScan scan_bytes(const TempDir& tmp, const std::string& file, uint64_t first
         std::ofstream out(path, std::ios::binary | std::ios::trunc);
         out << file;
     }
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    BlockScan scan(first);
-    REQUIRE(scan_blocks(fd, path, file.size(), true, scan).has_value());
-    ::close(fd);
-    return scan;
+    return blocks_of(path, first);
 }
 
 }  // namespace
