@@ -52,7 +52,6 @@ class GeneratedOutbox final : public tidemark::mqtt::OutboxSource {
             deleted_[seq] = 1;
         return {};
     }
-    void claimed(uint64_t) override {}
 
   private:
     std::string node_;

@@ -181,7 +181,6 @@ class MemoryOutbox final : public tidemark::mqtt::OutboxSource {
         }
         return {};
     }
-    void claimed(uint64_t) override {}
 
     bool drained() const {
         std::lock_guard lock(mutex_);
@@ -275,7 +274,6 @@ class LmdbOutbox final : public tidemark::mqtt::OutboxSource {
         if (deleted_ >= rows_) last_delete_at_ = Clock::now();
         return {};
     }
-    void claimed(uint64_t seq_next) override { store_->set_claimed(seq_next); }
 
     bool drained() const {
         std::lock_guard lock(mutex_);
