@@ -138,6 +138,13 @@ Result<void> LogWriter::recover() {
             }
             auto zlog =
                 seal_range(SealJob{seg.first_offset, sealed, seg.bytes, seg.zlog_bytes, false});
+            if (!zlog && seal_failure_ == SealFailure::write) {
+                // No room for the blocks (a full disk): the synced stage keeps the frames and
+                // the first sync seals them; opening must not wait for room.
+                seal_error_ = zlog.error().message;
+                seg.sealed_bytes = sealed;
+                continue;
+            }
             if (!zlog) return std::unexpected(zlog.error());
             seg.zlog_bytes = *zlog;
         }
@@ -214,9 +221,15 @@ Result<void> LogWriter::recover() {
     if (last.compressed && sealed < good) {
         // Re-seal what the stage holds past the blocks: a crash before (or inside) the last seal.
         auto zlog = seal_range(SealJob{last.first_offset, sealed, good, newest.zlog_bytes, true});
-        if (!zlog) return std::unexpected(zlog.error());
-        newest.zlog_bytes = *zlog;
-        newest.sealed_bytes = good;
+        if (zlog) {
+            newest.zlog_bytes = *zlog;
+            newest.sealed_bytes = good;
+        } else if (seal_failure_ == SealFailure::write) {
+            // As above: the stage, synced below, holds the frames until the first sync seals them.
+            seal_error_ = zlog.error().message;
+        } else {
+            return std::unexpected(zlog.error());
+        }
     }
     if (last.compressed) punch_stage(newest);
     // A previous process may have died with its appends only in the page cache: make them
@@ -267,6 +280,7 @@ Result<void> LogWriter::recover() {
             roll_due_ = true;
         }
     }
+    if (!seal_error_.empty()) ++counters_.seals_deferred;
     publish_extent();
     durable_offset_.store(end_offset_.load());
     recovered_ = true;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -31,6 +32,9 @@ namespace tidemark::log {
 namespace {
 
 constexpr uint64_t punch_align_bytes = 4096;  // whole pages only: a partial one would be zeroed
+// What a seal reads and compresses at a time: a few blocks, so that a long deferred range is
+// sealed in bounded memory.
+constexpr uint64_t seal_piece_bytes = 4 * block_raw_bytes_max;
 
 }  // namespace
 
@@ -38,61 +42,103 @@ Result<uint64_t> LogWriter::seal_range(const SealJob& job) {
     const std::string& dir = options_.dir;
     const std::string staged = stage_path(dir, job.first_offset);
     const std::string zpath = zlog_path(dir, job.first_offset);
-    std::string raw(static_cast<size_t>(job.to - job.from), '\0');
-    {
-        int fd = ::open(staged.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return fail("cannot open log stage " + staged + ": " + std::strerror(errno));
-        auto got = pread_full(fd, raw.data(), raw.size(), job.from, staged);
-        ::close(fd);
-        if (!got) return std::unexpected(got.error());
-        if (*got != raw.size()) {
-            return fail("log stage " + staged + " ends at byte " + std::to_string(job.from + *got) +
-                        " before the " + std::to_string(job.to) + " bytes appended to it");
-        }
-    }
+    seal_failure_ = SealFailure::none;
+    int sfd = ::open(staged.c_str(), O_RDONLY | O_CLOEXEC);
+    if (sfd < 0) return fail("cannot open log stage " + staged + ": " + std::strerror(errno));
+    int fd = -1;
+    uint64_t written = 0;  // block bytes past job.zlog_bytes
+    std::string raw;
     std::string blocks;
-    auto encoded = encode_blocks(raw, job.first_offset + job.from, blocks);
-    if (!encoded) return std::unexpected(encoded.error());
-    core::crash_point(core::CrashPoint::before_log_seal_write);
-    int fd = ::open(zpath.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot open log segment " + zpath + ": " + std::strerror(errno));
-    size_t done = 0;
-    int err = 0;
-    while (done < blocks.size()) {
-        ssize_t n = ::pwrite(fd, blocks.data() + done, blocks.size() - done,
-                             static_cast<off_t>(job.zlog_bytes + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            err = n < 0 ? errno : EIO;
+    std::string failed;
+    // Piece by piece, so that a seal deferred for long (a full disk) needs no more memory than a
+    // normal one: the pieces' blocks are fdatasynced together at the end.
+    for (uint64_t from = job.from; from < job.to && failed.empty();) {
+        const uint64_t piece = std::min(seal_piece_bytes, job.to - from);
+        raw.resize(static_cast<size_t>(piece));
+        auto got = pread_full(sfd, raw.data(), raw.size(), from, staged);
+        if (!got) {
+            failed = got.error().message;
             break;
         }
-        done += static_cast<size_t>(n);
+        if (*got != raw.size()) {
+            failed = "log stage " + staged + " ends at byte " + std::to_string(from + *got) +
+                     " before the " + std::to_string(job.to) + " bytes appended to it";
+            break;
+        }
+        blocks.clear();
+        auto encoded = encode_blocks(raw, job.first_offset + from, blocks);
+        if (!encoded) {
+            failed = encoded.error().message;
+            seal_failure_ = SealFailure::write;
+            break;
+        }
+        if (fd < 0) {
+            core::crash_point(core::CrashPoint::before_log_seal_write);
+            fd = ::open(zpath.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+            if (fd < 0) {
+                failed = "cannot open log segment " + zpath + ": " + std::strerror(errno);
+                seal_failure_ = SealFailure::write;
+                break;
+            }
+        }
+        size_t done = 0;
+        while (done < blocks.size()) {
+            ssize_t n = ::pwrite(fd, blocks.data() + done, blocks.size() - done,
+                                 static_cast<off_t>(job.zlog_bytes + written + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                failed =
+                    "cannot write log segment " + zpath + ": " + std::strerror(n < 0 ? errno : EIO);
+                seal_failure_ = SealFailure::write;
+                break;
+            }
+            done += static_cast<size_t>(n);
+        }
+        written += done;
+        from += piece;
     }
-    std::string failed;
-    if (err != 0) {
-        failed = "cannot write log segment " + zpath + ": " + std::strerror(err);
-    } else if (::fdatasync(fd) != 0) {
+    ::close(sfd);
+    if (failed.empty() && ::fdatasync(fd) != 0) {
         // The blocks may be in the page cache only: cut them, so that a restart seals the stage
         // (which still holds their frames) again instead of believing them.
         failed = std::string("cannot sync log segment ") + zpath + ": " + std::strerror(errno);
-        sync_failed_ = true;
+        seal_failure_ = SealFailure::sync;
     }
     if (!failed.empty()) {
-        if (::ftruncate(fd, static_cast<off_t>(job.zlog_bytes)) != 0) {
+        if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(job.zlog_bytes)) != 0) {
             failed += std::string("; and cannot cut the blocks back: ") + std::strerror(errno);
-            sync_failed_ = true;
+            seal_failure_ = SealFailure::sync;
         }
-        ::close(fd);
+        if (fd >= 0) ::close(fd);
         return fail(failed);
     }
     ::close(fd);
     // A new .zlog's name must survive a power cut before the stage it replaces is punched.
     if (job.zlog_bytes == 0 && ::fsync(dir_fd_) != 0) {
-        sync_failed_ = true;
+        seal_failure_ = SealFailure::sync;
         return fail("cannot sync log directory " + dir + ": " + std::strerror(errno));
     }
     core::crash_point(core::CrashPoint::after_log_seal_write);
-    return job.zlog_bytes + blocks.size();
+    return job.zlog_bytes + written;
+}
+
+Result<void> LogWriter::sync_stage(const SealJob& job) {
+    const std::string staged = stage_path(options_.dir, job.first_offset);
+    // A file description of its own, as sync() uses for a plain segment (writeback errors are
+    // reported once per description).
+    int fd = ::open(staged.c_str(), O_RDONLY | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        if (::fdatasync(fd) != 0) err = errno;
+        ::close(fd);
+    }
+    std::lock_guard lock(mutex_);
+    if (err != 0) return std::unexpected(poison_after_failed_sync(staged, err));
+    if (poisoned_) return fail(*poisoned_);
+    ++counters_.syncs;
+    detail::raise_to(durable_offset_, job.first_offset + job.to);
+    publish_extent();
+    return {};
 }
 
 Result<void> LogWriter::seal() {
@@ -109,12 +155,25 @@ Result<void> LogWriter::seal() {
         }
     }
     // Compressed and written outside mutex_: appends go on meanwhile (into the stage, past `to`).
+    std::string deferred;  // why a job's blocks could not be written, if one's could not
     for (const SealJob& job : jobs) {
-        sync_failed_ = false;
         auto zlog = seal_range(job);
+        if (!zlog && seal_failure_ == SealFailure::write) {
+            // The blocks could not be made (a full disk, most likely: ENOSPC, EDQUOT): the stage
+            // still holds every frame of the range, so the stage is made durable instead, as a
+            // plain segment would be, and the next seal tries again. Until then the range takes
+            // its plain size on disk and its pages reach the flash; sync(), and so checkpoints,
+            // go on (the full-disk path needs them to trim the log).
+            deferred = zlog.error().message;
+            // A closed segment's stage was synced by its roll.
+            if (!job.active) continue;
+            auto synced = sync_stage(job);
+            if (!synced) return synced;
+            continue;
+        }
         std::lock_guard lock(mutex_);
+        if (!zlog && seal_failure_ == SealFailure::none) return std::unexpected(zlog.error());
         if (!zlog) {
-            if (!sync_failed_) return std::unexpected(zlog.error());
             // As after a failed fdatasync of a plain segment (see the class comment).
             poison_after_failed_sync(active_path_, EIO);
             return std::unexpected(poison(zlog.error().message));
@@ -143,6 +202,9 @@ Result<void> LogWriter::seal() {
         }
         publish_extent();
     }
+    std::lock_guard lock(mutex_);
+    if (!deferred.empty()) ++counters_.seals_deferred;
+    seal_error_ = std::move(deferred);
     return {};
 }
 

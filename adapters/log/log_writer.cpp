@@ -349,7 +349,13 @@ LogStats LogWriter::stats() const {
     stats.oldest_ingest_ms = oldest_ingest_ms();
     stats.last_ingest_ms = last_ingest_ms_;
     stats.poisoned = poisoned_.has_value();
+    stats.seal_deferred = !seal_error_.empty();
     return stats;
+}
+
+std::string LogWriter::seal_error() const {
+    std::lock_guard lock(mutex_);
+    return seal_error_;
 }
 
 }  // namespace tidemark::log

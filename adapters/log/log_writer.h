@@ -43,6 +43,11 @@ struct LogStats {
     uint64_t seals = 0;         // counter: seals that wrote blocks (compressed segments)
     uint64_t sealed_bytes = 0;  // counter: frame bytes sealed into blocks by this writer
     uint64_t block_bytes = 0;   // counter: block bytes those seals wrote
+    /// Counter: seals whose blocks could not be written (a full disk): the stage was made
+    /// durable instead and its frames wait, plain, for the next seal.
+    uint64_t seals_deferred = 0;
+    /// Gauge: the last seal was deferred and none has succeeded since (LogWriter::seal_error()).
+    bool seal_deferred = false;
     int64_t oldest_ingest_ms = ingest_ms_unknown;
     int64_t last_ingest_ms = ingest_ms_unknown;
     bool poisoned = false;  // see LogWriter::poisoned()
@@ -135,7 +140,9 @@ class LogWriter {
     /// every 100 ms.
     Result<bool> maybe_sync(int64_t now_ms);
     /// Makes every record appended so far durable, whatever the policy. A failure poisons the
-    /// writer (see the class comment).
+    /// writer (see the class comment). A compressed log whose seal cannot write its blocks (a
+    /// full disk) makes the stage durable instead and succeeds: the seal is deferred, counted
+    /// (stats().seals_deferred) and said by seal_error(), and tried again at the next sync.
     Result<void> sync();
 
     /// Deletes the oldest whole segments while (a) the segment ends at or before
@@ -160,6 +167,9 @@ class LogWriter {
     /// The error that poisoned the writer: names the segment file and the errno text, and what
     /// was cut. Empty while poisoned() is false.
     std::string poison_error() const;
+    /// Why the last seal was deferred (names the .zlog and the errno text); empty once a seal
+    /// succeeds, and for a plain log.
+    std::string seal_error() const;
     LogStats stats() const;
     const LogOptions& options() const { return options_; }
 
@@ -201,9 +211,15 @@ class LogWriter {
     Result<void> write_iov(iovec* iov, int count);
     void account(uint64_t offset, uint64_t frame, int64_t ingest_ms);
     Result<void> recover();
+    // How seal_range failed: reading the stage (an error, the range stays staged), making or
+    // writing the blocks (cut back: the seal may be deferred), or syncing them (poison).
+    enum class SealFailure { none, write, sync };
     /// Compresses the stage's [from, to) into blocks appended to the .zlog and fdatasyncs it.
-    /// Returns the .zlog's new size.
+    /// Returns the .zlog's new size. On failure seal_failure_ says which kind.
     Result<uint64_t> seal_range(const SealJob& job);
+    /// A deferred seal's stand-in: fdatasyncs the job's stage and moves durable_offset() to its
+    /// end. Takes mutex_.
+    Result<void> sync_stage(const SealJob& job);
     /// Seals every compressed segment's unsealed frames (the active one's up to end_offset()):
     /// for a compressed active segment, what sync() is. Takes seal_mutex_.
     Result<void> seal();
@@ -226,7 +242,8 @@ class LogWriter {
     TopicDictionary dictionary_;  // the active segment's
     bool roll_due_ = false;       // open() found an old-format or damaged active segment
     bool recovered_ = false;      // open() finished: the destructor may seal
-    bool sync_failed_ = false;    // seal_range's failure was an fdatasync's (seal_mutex_ held)
+    SealFailure seal_failure_ = SealFailure::none;  // seal_range's last (seal_mutex_ held)
+    std::string seal_error_;  // under mutex_: why the last seal was deferred, "" once one succeeds
     std::optional<std::string> poisoned_;
     LogStats counters_;  // the counter fields only; gauges are filled in by stats()
 

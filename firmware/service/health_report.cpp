@@ -118,6 +118,8 @@ json log_report(const log::LogStats& ls, const log::ReaderStats& rs, uint64_t en
         {"oldest_ingest_ms",
          ls.oldest_ingest_ms == log::ingest_ms_unknown ? json(nullptr) : json(ls.oldest_ingest_ms)},
         {"records_appended", ls.records_appended},
+        {"disk_bytes", ls.disk_bytes},
+        {"seals_deferred", ls.seals_deferred},
         {"tail_truncations", ls.tail_truncations},
         {"poisoned", ls.poisoned}};
     // Damage (a bad sector mid-log): the records after it were kept, the bytes in between lost.

@@ -68,6 +68,10 @@ void ServiceParts::refresh_health(const mqtt::Ingest* ingest, const LogAppender*
     f.reader = host.reader().stats();
     f.engine_offset = host.consumed_offset();
     if (log_damaged(f.log, f.reader)) alarms.alarms.push_back("log_damaged");
+    // A compressed log that cannot write its blocks (a full disk) keeps its frames plain and
+    // durable in the stage until a seal succeeds: nothing is lost, but the disk and the flash
+    // take the plain bytes meanwhile.
+    if (f.log.seal_deferred) alarms.alarms.push_back("log_seal_deferred");
     if (m.forwarder) {
         const mqtt::ForwarderStats fs = m.forwarder->stats();
         const int64_t now = m.clock.steady_ms();

@@ -1,5 +1,7 @@
 #include "firmware/service/ticker.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 
 #include "adapters/log/log_writer.h"
@@ -41,9 +43,28 @@ void Ticker::run() {
         // A poisoned writer was reported by whoever hit it, and every append says so again:
         // asking every 100 ms would count one failure ten times a second in append_errors.
         if (log_.poisoned()) continue;
-        if (auto synced = log_.maybe_sync(clock_.steady_ms()); !synced)
+        auto synced = log_.maybe_sync(clock_.steady_ms());
+        if (!synced) {
             alarms_.append_failed(synced.error().message);
+        } else if (*synced) {
+            say_seal_change();
+        }
     }
+}
+
+// Said once when it changes, not at every sync: a full disk defers every seal until room is made.
+void Ticker::say_seal_change() {
+    std::string error = log_.seal_error();
+    if (error == seal_error_said_) return;
+    if (!error.empty()) {
+        spdlog::warn(
+            "log: compressed blocks cannot be written ({}); the records are kept durable in the "
+            "segment's stage, uncompressed, until a seal succeeds (alarm log_seal_deferred)",
+            error);
+    } else {
+        spdlog::info("log: compressed blocks written again; the deferred records are sealed");
+    }
+    seal_error_said_ = std::move(error);
 }
 
 }  // namespace tidemark::firmware

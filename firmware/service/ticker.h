@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "core/clock.h"
@@ -20,7 +21,8 @@ class LogAppender;
 /// second and ingest is live (LogAppender::tick_if_idle); LogWriter::maybe_sync, which says when
 /// the interval's fdatasync (fsync=interval) or a compressed log's seal is due, outside the
 /// append lock (LogWriter::sync fdatasyncs a file description of its own), so ingest never waits
-/// for the disk. A failed sync raises the append alarm.
+/// for the disk. A failed sync raises the append alarm; a compressed log's deferred seal (a full
+/// disk: LogWriter::seal_error) is said in the journal when it starts and when it ends.
 /// Concurrency: its own thread; stops (and joins) on destruction.
 class Ticker {
   public:
@@ -32,6 +34,7 @@ class Ticker {
 
   private:
     void run();
+    void say_seal_change();
 
     log::LogWriter& log_;
     Alarms& alarms_;
@@ -39,7 +42,8 @@ class Ticker {
     const core::Clock& clock_;
     std::mutex mutex_;
     std::condition_variable wake_;
-    bool stop_ = false;  // under mutex_
+    bool stop_ = false;            // under mutex_
+    std::string seal_error_said_;  // the ticker thread's own
     std::thread thread_;
 };
 

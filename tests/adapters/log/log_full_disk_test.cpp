@@ -1,11 +1,15 @@
 // A full disk: append returns an error naming the file and the cause, nothing half-written
-// stays behind, and appends work again once space is freed.
+// stays behind, and appends work again once space is freed. A compressed log whose seal finds no
+// room for its blocks keeps its records durable in the stage (sync() succeeds, a restart opens)
+// and seals them once there is room.
 #include <sys/mount.h>
 #include <sys/resource.h>
 
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <tuple>
 
 #include "adapters/log/segment_files.h"
 #include "log_test_support.h"
@@ -23,13 +27,25 @@ uint64_t bytes_on_disk(const std::string& dir) {
     return total;
 }
 
+// 1000 bytes that do not compress: a compressed log's blocks then need as many pages as its
+// stage, and cannot hide in the .zlog's last partial page.
+std::string noise_of(size_t i) {
+    std::mt19937_64 random(i);
+    std::string p(1000, '\0');
+    for (char& c : p)
+        c = static_cast<char>(random());
+    return p;
+}
+
 // Appends 1 KiB records until one fails; returns what was appended and the error.
 std::pair<std::vector<Owned>, std::string> append_until_full(LogWriter& writer,
-                                                             std::vector<Owned> expected) {
+                                                             std::vector<Owned> expected,
+                                                             bool noise = false) {
     for (size_t i = 0; i < 10'000; ++i) {
         uint64_t end = writer.end_offset();
-        auto offset = writer.append(RecordType::message, static_cast<int64_t>(i), "t",
-                                    payload_of(expected.size(), 1000));
+        const std::string payload =
+            noise ? noise_of(expected.size()) : payload_of(expected.size(), 1000);
+        auto offset = writer.append(RecordType::message, static_cast<int64_t>(i), "t", payload);
         if (!offset) {
             REQUIRE(writer.end_offset() == end);  // nothing appended
             return {expected, offset.error().message};
@@ -39,7 +55,7 @@ std::pair<std::vector<Owned>, std::string> append_until_full(LogWriter& writer,
                                  RecordType::message,
                                  static_cast<int64_t>(i),
                                  "t",
-                                 payload_of(expected.size(), 1000),
+                                 payload,
                                  {}});
     }
     FAIL("the disk never filled");
@@ -74,27 +90,114 @@ void check_full_then_freed(const std::string& dir, const char* cause, auto free_
     REQUIRE(reopened->end_offset() == expected.back().next_offset);
 }
 
+// A small tmpfs mounted for one test, unmounted when it ends.
+struct SmallDisk {
+    explicit SmallDisk(TempDir& tmp) : path(tmp.sub("mnt")) {
+        std::filesystem::create_directories(path);
+        mounted = ::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=512k") == 0;
+    }
+    ~SmallDisk() {
+        if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+    }
+    std::string fill(size_t bytes) const {
+        std::string filler = path + "/filler";
+        std::ofstream out(filler, std::ios::binary);
+        out << std::string(bytes, 'f');
+        return filler;
+    }
+    std::string path;
+    bool mounted = false;
+};
+
 }  // namespace
 
 TEST_CASE("a full disk (ENOSPC on a small tmpfs) is an error, then recoverable", "[log]") {
     TempDir tmp;
-    std::string mnt = tmp.sub("mnt");
-    std::filesystem::create_directories(mnt);
-    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=512k") != 0) {
+    SmallDisk disk(tmp);
+    if (!disk.mounted) {
         WARN("cannot mount a tmpfs here (not root?): ENOSPC case skipped, EFBIG case still runs");
         return;
     }
-    struct Unmount {
-        std::string path;
-        ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-    } unmount{mnt};
-    std::string filler = mnt + "/filler";
-    {
-        std::ofstream out(filler, std::ios::binary);
-        out << std::string(200 << 10, 'f');
-    }
-    check_full_then_freed(mnt + "/log", "No space left on device",
+    std::string filler = disk.fill(200 << 10);
+    check_full_then_freed(disk.path + "/log", "No space left on device",
                           [&] { std::filesystem::remove(filler); });
+}
+
+TEST_CASE(
+    "a compressed log on a full disk: the seal is deferred, the stage made durable, the "
+    "records sealed once there is room",
+    "[log]") {
+    TempDir tmp;
+    SmallDisk disk(tmp);
+    if (!disk.mounted) {
+        WARN("cannot mount a tmpfs here (not root?): skipped");
+        return;
+    }
+    const std::string dir = disk.path + "/log";
+    const std::string filler = disk.fill(200 << 10);
+    LogOptions options = options_for(dir, 64 << 10);
+    options.compression = Compression::zstd;
+    std::vector<Owned> expected;
+    {
+        auto writer = open_writer(options);
+        // Sealed while there is room: some blocks exist before the disk fills.
+        for (size_t i = 0; i < 20; ++i)
+            expected.push_back(append(*writer, RecordType::message, 0, "t", noise_of(i)));
+        REQUIRE(writer->sync().has_value());
+        REQUIRE(writer->stats().seals > 0);
+        // The stage takes every page that is left: no room for a block.
+        std::string error;
+        std::tie(expected, error) = append_until_full(*writer, std::move(expected), true);
+        REQUIRE_THAT(error, Catch::Contains("No space left on device"));
+        REQUIRE(writer->durable_offset() < writer->end_offset());
+        // Before: the seal failed, and with it sync() and every checkpoint, until room was made.
+        auto synced = writer->sync();
+        INFO((synced ? std::string() : synced.error().message));
+        REQUIRE(synced.has_value());
+        REQUIRE_FALSE(writer->poisoned());
+        REQUIRE(writer->durable_offset() == writer->end_offset());
+        LogStats stats = writer->stats();
+        REQUIRE(stats.seals_deferred == 1);
+        REQUIRE(stats.seal_deferred);
+        REQUIRE_THAT(writer->seal_error(), Catch::Contains("No space left on device"));
+        REQUIRE_THAT(writer->seal_error(), Catch::Contains(".zlog"));
+        REQUIRE(read_all(dir) == expected);
+        // A second sync on the still-full disk defers again and stays consistent.
+        REQUIRE(writer->sync().has_value());
+        REQUIRE(writer->stats().seals_deferred == 2);
+        REQUIRE(read_all(dir) == expected);
+    }
+    {
+        // A restart on the full disk opens (it used to fail re-sealing the stage) and reads all.
+        auto writer = open_writer(options);
+        REQUIRE(writer->end_offset() == expected.back().next_offset);
+        REQUIRE(writer->stats().seals_deferred == 1);
+        REQUIRE(writer->stats().tail_truncations == 0);
+        REQUIRE(read_all(dir) == expected);
+
+        std::filesystem::remove(filler);
+        REQUIRE(writer->sync().has_value());
+        LogStats stats = writer->stats();
+        REQUIRE_FALSE(stats.seal_deferred);
+        REQUIRE(writer->seal_error().empty());
+        REQUIRE(stats.seals > 0);
+        for (size_t i = 0; i < 5; ++i) {
+            expected.push_back(
+                append(*writer, RecordType::message, 1'000'000, "t", payload_of(i, 1000)));
+        }
+        REQUIRE(writer->sync().has_value());
+        REQUIRE(read_all(dir) == expected);
+    }
+    auto reopened = open_writer(options);
+    REQUIRE(reopened->stats().tail_truncations == 0);
+    REQUIRE(reopened->stats().seals_deferred == 0);
+    REQUIRE(reopened->end_offset() == expected.back().next_offset);
+    REQUIRE(read_all(dir) == expected);
+    // Every segment sealed: no stage is left but the active one's.
+    size_t stages = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        stages += entry.path().string().ends_with(".stage") ? 1 : 0;
+    REQUIRE(stages <= 1);
 }
 
 TEST_CASE("a file size limit (EFBIG) is an error, then recoverable", "[log]") {

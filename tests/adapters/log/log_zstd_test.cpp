@@ -97,6 +97,34 @@ TEST_CASE("zstd: records read back across seals, rollovers and reopens", "[log][
             std::vector<Owned>(expected.begin() + static_cast<long>(middle), expected.end()));
 }
 
+// A seal deferred for long (a full disk: log_full_disk_test) has megabytes to seal at once: it
+// reads and compresses them a few blocks at a time, and the blocks chain as one seal's would.
+TEST_CASE("zstd: a range past a seal's piece is sealed in pieces that read back whole",
+          "[log][zstd]") {
+    TempDir tmp;
+    std::vector<Owned> expected;
+    {
+        auto writer = open_writer(zstd_options(tmp.path()));
+        fill(*writer, expected, 0, 150'000, 1'000'000);                // ~10 MiB staged, no sync
+        REQUIRE(writer->total_bytes() > 2 * 4 * block_raw_bytes_max);  // three pieces
+        REQUIRE(writer->sync().has_value());
+        const LogStats stats = writer->stats();
+        REQUIRE(stats.seals == 1);
+        REQUIRE(stats.sealed_bytes == writer->total_bytes());
+        REQUIRE(writer->durable_offset() == writer->end_offset());
+        const BlockScan scan = blocks_of(zlog_path(tmp.path(), 0));
+        REQUIRE(scan.blocks.size() ==
+                (writer->total_bytes() + block_raw_bytes_max - 1) / block_raw_bytes_max);
+        REQUIRE(scan.damaged_regions == 0);
+        REQUIRE(scan.blocks.back().end_offset() == writer->end_offset());
+        REQUIRE(read_all(tmp.path()) == expected);
+    }
+    auto writer = open_writer(zstd_options(tmp.path()));
+    REQUIRE(writer->end_offset() == expected.back().next_offset);
+    REQUIRE(writer->stats().tail_bytes_cut == 0);
+    REQUIRE(read_all(tmp.path()) == expected);
+}
+
 TEST_CASE("zstd: a reader tailing the writer reads only up to the durable end", "[log][zstd]") {
     TempDir tmp;
     LogOptions options = zstd_options(tmp.path(), 128 << 10);
