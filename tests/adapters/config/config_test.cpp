@@ -106,7 +106,7 @@ TEST_CASE("DESIGN.md's example, with real files and its budget fixed, loads to w
     CHECK(c.storage.log_retention.max_age_ms == 7 * 86'400'000LL);
     CHECK(c.storage.log_retention.max_bytes == (512ULL << 20));
     CHECK(c.storage.segment_bytes == (64ULL << 20));
-    CHECK(c.storage.log_compression == config::LogCompression::none);
+    CHECK(c.storage.log_compression == config::LogCompression::zstd);
     CHECK(c.checkpoint.interval_ms == 5000);
     CHECK(c.source.uri == "ssl://127.0.0.1:8883");
     CHECK(c.source.client_id == "tidemark-gw-01");
@@ -289,11 +289,11 @@ TEST_CASE("every class of mistake is named by pointer and sentence", "[config]")
             "/storage/log_compression");
         CHECK_THAT(message, Catch::Contains("none"));
         CHECK_THAT(message, Catch::Contains("zstd"));
-        auto zstd = parse_config(replace(minimal, R"("node_id")",
-                                         R"("storage": {"log_compression": "zstd"}, "node_id")"),
+        auto none = parse_config(replace(minimal, R"("node_id")",
+                                         R"("storage": {"log_compression": "none"}, "node_id")"),
                                  "/etc/tidemark");
-        REQUIRE(zstd.has_value());
-        CHECK(zstd->storage.log_compression == config::LogCompression::zstd);
+        REQUIRE(none.has_value());
+        CHECK(none->storage.log_compression == config::LogCompression::none);
     }
     SECTION("required settings") {
         auto message = only_error(
