@@ -96,6 +96,7 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
         }
     };
     uint64_t replayed = 0;
+    uint64_t rows_since_checkpoint = 0;
     const uint64_t end = writer_->end_offset();
     for (;;) {
         const FeedResult fed =
@@ -104,7 +105,16 @@ Result<uint64_t> EngineHost::recover(const std::function<bool()>& wait_for_room)
         replayed += fed.records_read;
         if (!fed.status) return std::unexpected(fed.status.error());
         if (fed.records_read < recovery_flush_records) break;
+        rows_since_checkpoint += sink_->rows.size();
         if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());
+        // A long replay checkpoints as the live loop does, so that the ids of the results it
+        // committed can go (recovery_checkpoint_rows). Where it checkpoints changes no result
+        // (the restore property); a failed one is tried again after as many rows.
+        if (rows_since_checkpoint >= recovery_checkpoint_rows_) {
+            rows_since_checkpoint = 0;
+            if (auto ok = checkpoint(); !ok)
+                spdlog::warn("recovery: {} (tried again later in the replay)", ok.error().message);
+        }
     }
     queue_version_records();  // after every result the replay regenerated
     if (auto ok = flush_or_wait(); !ok) return std::unexpected(ok.error());

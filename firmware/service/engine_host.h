@@ -37,6 +37,14 @@ inline constexpr size_t side_trim_rows_max = 100'000;
 /// memory than the service does.
 inline constexpr uint64_t recovery_flush_records = 4096;
 
+/// Results committed during recovery between two checkpoints of it. Every result's id stays in
+/// the outbox's dedupe index until a checkpoint covers it, so a recovery over a long history
+/// (a new pipeline at a store's first start over a retained log, or an old checkpoint) that
+/// checkpointed only at its end grew that index by one entry a result: 259 M for 30 days of
+/// one device-minute window per message, past any map. At this bound the index holds at most
+/// two generations of ~0.26 M ids (~30 MB), one checkpoint per ~0.3 s of a fast replay.
+inline constexpr uint64_t recovery_checkpoint_rows = uint64_t{1} << 18;
+
 /// What the last checkpoints took, for health.
 struct CheckpointStats {
     uint64_t count = 0;       // committed by this process
@@ -98,6 +106,8 @@ class EngineHost {
     /// State of pipelines no longer in the config is dropped; state of a changed pipeline is
     /// refused with Error::code exit_config_conflict.
     Result<uint64_t> recover(const std::function<bool()>& wait_for_room);
+    /// Results between two checkpoints of a recovery (recovery_checkpoint_rows; tests lower it).
+    void set_recovery_checkpoint_rows(uint64_t rows) { recovery_checkpoint_rows_ = rows; }
     /// Processes at most `records_max` records (up to the durable end, or the written end when
     /// draining on shutdown) and commits their emissions. Returns records processed.
     Result<size_t> step(size_t records_max, bool drain);
@@ -193,6 +203,7 @@ class EngineHost {
     int64_t backfill_resume_ms_ = 0;
     int64_t backfill_wait_ms_ = 0;
     uint64_t checkpoint_seq_next_ = 0;  // the outbox seq the last committed checkpoint recorded
+    uint64_t recovery_checkpoint_rows_ = recovery_checkpoint_rows;
     double backfill_credit_ms_ = 0;
     double backfill_read_fraction_ = 0.5;  // of a slice, reading (the rest: its commit)
     int64_t backfill_refill_ms_ = 0;
