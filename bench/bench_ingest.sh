@@ -13,7 +13,8 @@
 # medians over the runs, printed last as `name: value unit`.
 # Environment: BENCH_INGEST_COUNT (messages per run, 40000), BENCH_INGEST_RUNS (3),
 # BENCH_INGEST_PUBLISHERS (publisher processes, 1), BENCH_INGEST_WINDOW (in-flight window per
-# publisher, 1000), BENCH_INGEST_KEEP=1 keeps the work directory.
+# publisher, 1000), BENCH_INGEST_KEEP=1 keeps the work directory, BENCH_INGEST_COMPRESSION
+# (storage.log_compression: none or zstd; the config's default when unset).
 set -euo pipefail
 
 build=${1:?usage: bench_ingest.sh BUILD_DIR}
@@ -24,6 +25,8 @@ publishers=${BENCH_INGEST_PUBLISHERS:-1}
 window=${BENCH_INGEST_WINDOW:-1000}
 devices=10
 broker_inflight=100
+compression=""
+[ -n "${BENCH_INGEST_COMPRESSION:-}" ] && compression=", \"log_compression\": \"$BENCH_INGEST_COMPRESSION\""
 
 tidemark=$build/firmware/tidemark
 publisher=$build/bench/bench_publisher
@@ -118,7 +121,7 @@ run_tidemark() {
 {
   "node_id": "bench-$r",
   "data_dir": "$dir/data",
-  "storage": {"map_size": "512MiB", "fsync": "interval", "fsync_interval": "1s"},
+  "storage": {"map_size": "512MiB", "fsync": "interval", "fsync_interval": "1s"$compression},
   "checkpoint": {"interval": "5s"},
   "source": {"uri": "$uri", "client_id": "tidemark-bench-$r"},
   "health": {"topic": "tidemark/{node_id}/health", "interval": "100ms"},
