@@ -185,9 +185,7 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
         raise_watermark(d, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
     } else {
         global_.idle = false;
-        // While a partition is known to be at or below the watermark, the minimum is too
-        // and the watermark stays: the minimum is looked up only when that one moves up.
-        if (low_tree_.witness_lost()) raise_watermark(global_, low_tree_.minimum());
+        raise_watermark(global_, low_tree_.minimum());
     }
     fire_due(d, sink);
     // An event refused for its window (max_open_windows) may leave a new partition with

@@ -361,7 +361,7 @@ inline int64_t PipelineRun::candidate_of(const Partition& p) const {
 }
 
 TM_HOT void PipelineRun::low_set(Partition& p, int64_t value) {
-    low_tree_.set(p.index, value, global_.watermark);
+    low_tree_.set(p.index, value);
 }
 
 inline int64_t PipelineRun::idle_watermark(const Domain& d, int64_t now_ms) {
@@ -373,9 +373,9 @@ inline void PipelineRun::raise_watermark(Domain& d, int64_t candidate) {
     if (candidate != time_max && candidate > d.watermark) d.watermark = candidate;
 }
 
-// Per event: no list or tree moves. The partition's place in activity_ is brought up to
-// date when it reaches the front (see advance), its leaf of low_tree_ when the minimum is
-// needed (see WatermarkTree::minimum).
+// Per event: no list moves. The partition's place in activity_ is brought up to date when it
+// reaches the front (see advance); its leaf of low_tree_ is written with the path above it
+// that changes.
 TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
     mark_dirty(p);
     p->last_ingest_ms = ingest_ms;
