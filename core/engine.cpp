@@ -35,7 +35,8 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
       session_(spec.window.type == WindowType::session),
       scope_partition_(spec.watermark.scope == WatermarkScope::partition),
       lateness_ms_(spec.late.allowed_lateness_ms),
-      retract_(spec.late.corrections == Corrections::retract) {
+      retract_(spec.late.corrections == Corrections::retract),
+      activity_(spec.watermark.idle_timeout_ms) {
     const WindowSpec& w = spec.window;
     size_ms_ = w.size_ms;
     offset_ms_ = w.offset_ms;
@@ -48,8 +49,7 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
     id_seed_ = emission_id_seed(node_id_, spec_.name, spec_.version);
 }
 
-void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
-    if (now_ms <= now_ms_) return;
+void PipelineRun::step(int64_t now_ms, EmissionSink& sink) {
     reap_partitions();
     const int64_t previous_ms = now_ms_;
     now_ms_ = now_ms;
@@ -61,13 +61,10 @@ void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
     // minimum over those still active, so the windows that minimum reaches close then, and
     // an all-idle advance starts from it (not from a minimum taken before they went idle).
     for (;;) {
-        const int64_t idle_at = activity_.next_idle_at(now_ms, spec_.watermark.idle_timeout_ms);
-        if (idle_at > now_ms) break;
-        went_idle_.clear();
-        while (activity_.next_idle_at(now_ms, spec_.watermark.idle_timeout_ms) == idle_at) {
-            went_idle_.push_back(activity_.front());
-            activity_.pop();
-        }
+        activity_.take_due(now_ms, went_idle_);
+        if (went_idle_.empty()) break;
+        const int64_t idle_at =
+            sat_add(went_idle_.front()->last_ingest_ms, spec_.watermark.idle_timeout_ms);
         for (Partition* p : went_idle_)
             go_idle(p, idle_at);
         if (!scope_partition_) {
@@ -199,7 +196,7 @@ const PipelineStats& PipelineRun::stats() {
         units_total_ * unit_bytes_ + fired_total_ * (sizeof(Fired) + 16 * spec_.aggregates.size()) +
         keys_.size() * (sizeof(KeyState) + 48) +
         partitions_.size() *
-            (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t)) +
+            (sizeof(Partition) + 48 + IdleQueue::bytes_per_partition + 2 * sizeof(int64_t)) +
         remembered_.size() * remembered_bytes + too_late_windows_.size() * sizeof(TooLateWindow) +
         late_tallies_.size() * sizeof(LateTally);
     stats_.late_reports = late_reports_;

@@ -66,6 +66,7 @@ class PipelineRun {
 
     const PipelineSpec& spec() const { return spec_; }
 
+    // See Engine::advance. Inline: most clock steps only move the clock (step_is_quiet).
     void advance(int64_t now_ms, EmissionSink& sink);
     void process(const Event& event, EmissionSink& sink);
     // One round of Engine::prefetch for the key whose name hashes to `hash` (`composite`: the
@@ -92,6 +93,9 @@ class PipelineRun {
         bool persisted = false;  // the store holds its record
         bool dirty = false;      // on dirty_remembered_
     };
+    bool step_is_quiet(int64_t now_ms) const;
+    void step(int64_t now_ms, EmissionSink& sink);
+
     // --- partitions (partitions.cpp) ---------------------------------------------------------
     Partition* find_partition(std::string_view name) const;
     Partition* create_partition(std::string_view name);
@@ -373,9 +377,8 @@ inline void PipelineRun::raise_watermark(Domain& d, int64_t candidate) {
     if (candidate != time_max && candidate > d.watermark) d.watermark = candidate;
 }
 
-// Per event: no list moves. The partition's place in activity_ is brought up to date when it
-// reaches the front (see advance); its leaf of low_tree_ is written with the path above it
-// that changes.
+// Per event: the partition's place in activity_ is renewed every half idle timeout (see
+// IdleQueue), its leaf of low_tree_ written with the path above it that changes.
 TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
     mark_dirty(p);
     p->last_ingest_ms = ingest_ms;
@@ -386,8 +389,9 @@ TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t
         ++active_;
         activity_.push(p);
         if (!scope_partition_) low_set(*p, candidate_of(*p));
-    } else if (raised && !scope_partition_) {
-        low_set(*p, candidate_of(*p));
+    } else {
+        activity_.touched(p);
+        if (raised && !scope_partition_) low_set(*p, candidate_of(*p));
     }
 }
 
@@ -431,6 +435,26 @@ inline void PipelineRun::prefetch(int stage, uint64_t hash, bool composite) cons
         __builtin_prefetch(u + 63);
     }
     if (k->partition) __builtin_prefetch(k->partition);
+}
+
+// Nothing for a clock step to do but move the clock: no partition can go idle yet, none
+// waits to be released, no tally to report, and no watermark follows ingest time.
+TM_HOT bool PipelineRun::step_is_quiet(int64_t now_ms) const {
+    if (!retired_partitions_.empty() || !late_tallies_.empty()) return false;
+    if (activity_.idle_bound_ms() <= now_ms) return false;
+    if (!clock_trusted_) return true;
+    if (scope_partition_) return idle_deadlines_.empty() || idle_deadlines_.begin()->first > now_ms;
+    return !global_.idle;
+}
+
+TM_HOT void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
+    if (now_ms <= now_ms_) return;
+    if (step_is_quiet(now_ms)) {
+        now_ms_ = now_ms;
+        stats_.ingest_ms = now_ms;
+        return;
+    }
+    step(now_ms, sink);
 }
 
 TM_HOT void PipelineRun::fire_due(Domain& d, EmissionSink& sink) {
