@@ -138,7 +138,7 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
                                  : time_min);
         return;
     }
-    KeyState* k = find_key(key);
+    KeyState* k = take_prefound(key);
     // The key's partition is read anyway (touch_partition): comparing its name costs no
     // extra cache line.
     Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
@@ -285,11 +285,16 @@ void Engine::prefetch(std::span<const uint32_t> pipelines, std::string_view key,
                       std::string_view partition) {
     const bool composite = !partition.empty() && partition != key;
     const uint64_t hash = detail::hash_name(key);
-    for (int stage = 0; stage < 3; ++stage)
+    const auto each = [&](auto&& round) {
         for (const uint32_t p : pipelines) {
             TM_ASSERT(p < impl_->pipelines.size());
-            impl_->pipelines[p]->prefetch(stage, hash, composite);
+            detail::PipelineRun& run = *impl_->pipelines[p];
+            if (!(composite && run.keys_composite())) round(run);
         }
+    };
+    each([&](detail::PipelineRun& run) { run.prefetch_slot(hash); });
+    each([&](detail::PipelineRun& run) { run.prefetch_key(hash); });
+    each([&](detail::PipelineRun& run) { run.prefetch_window(key, hash); });
 }
 
 const PipelineStats& Engine::stats(uint32_t pipeline) const {

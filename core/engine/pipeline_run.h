@@ -69,9 +69,13 @@ class PipelineRun {
     // See Engine::advance. Inline: most clock steps only move the clock (step_is_quiet).
     void advance(int64_t now_ms, EmissionSink& sink);
     void process(const Event& event, EmissionSink& sink);
-    // One round of Engine::prefetch for the key whose name hashes to `hash` (`composite`: the
-    // event names a partition other than its key).
-    void prefetch(int stage, uint64_t hash, bool composite) const;
+    // The rounds of Engine::prefetch for a key whose name hashes to `hash`: its hash slot; its
+    // state; its newest window and its partition, keeping the state for the next process()
+    // (see prefound_). Scope partition keys a composite name (see process): those are left.
+    void prefetch_slot(uint64_t hash) const;
+    void prefetch_key(uint64_t hash) const;
+    void prefetch_window(std::string_view key, uint64_t hash);
+    bool keys_composite() const { return scope_partition_; }
     const PipelineStats& stats();
 
     void checkpoint(StateWriter& w);
@@ -124,6 +128,7 @@ class PipelineRun {
 
     // --- keys (keys.cpp) ---------------------------------------------------------------------
     KeyState* find_key(std::string_view key) const;
+    KeyState* take_prefound(std::string_view key);
     KeyState* admit_key(KeyState* k, std::string_view key, Partition* p, Domain& d,
                         const Event& event, int64_t t, EmissionSink& sink);
     KeyState* create_key(std::string_view key, Partition* p, Domain& d);
@@ -236,6 +241,15 @@ class PipelineRun {
     size_t unit_bytes_ = 0;
 
     NameTable<KeyState> keys_;
+    uint64_t keys_changed_ = 0;  // keys created or removed, ever: see prefound_
+    // The key's state Engine::prefetch found for the next process(), while no key was created
+    // or removed since (keys_changed_ then): that process() takes it instead of hashing the
+    // name and probing the table again, after comparing the name (issue 31).
+    struct Prefound {
+        KeyState* key = nullptr;
+        uint64_t keys_changed = 0;
+    };
+    Prefound prefound_;
     // KeyStates and Partitions are allocated pool_chunk at a time (they are cache-line
     // aligned, and an aligned allocation is slow): one allocation per chunk, not per key.
     static constexpr size_t pool_chunk = 64;
@@ -414,20 +428,30 @@ inline KeyState* PipelineRun::admit_key(KeyState* k, std::string_view key, Parti
     return k;
 }
 
-inline void PipelineRun::prefetch(int stage, uint64_t hash, bool composite) const {
-    // Scope partition keys a composite name (see process): not worth hashing here.
-    if (scope_partition_ && composite) return;
-    if (stage == 0) {
-        keys_.prefetch_slot(hash);
-        return;
-    }
+// The state Engine::prefetch found for `key`, if it is still the table's (no key created or
+// removed since, and the name is the same); else the table's lookup.
+TM_HOT KeyState* PipelineRun::take_prefound(std::string_view key) {
+    KeyState* k = prefound_.key;
+    prefound_.key = nullptr;
+    if (k && prefound_.keys_changed == keys_changed_ && same_name(k->key, key)) return k;
+    return find_key(key);
+}
+
+TM_HOT void PipelineRun::prefetch_slot(uint64_t hash) const {
+    keys_.prefetch_slot(hash);
+}
+
+TM_HOT void PipelineRun::prefetch_key(uint64_t hash) const {
     const KeyState* k = keys_.probe_hash(hash);
     if (!k) return;
-    if (stage == 1) {
-        __builtin_prefetch(k);
-        __builtin_prefetch(reinterpret_cast<const char*>(k) + 64);
-        return;
-    }
+    __builtin_prefetch(k);
+    __builtin_prefetch(reinterpret_cast<const char*>(k) + 64);
+}
+
+TM_HOT void PipelineRun::prefetch_window(std::string_view key, uint64_t hash) {
+    KeyState* k = keys_.find(key, hash);
+    prefound_ = {k, keys_changed_};
+    if (!k) return;
     if (!k->units.empty()) {
         // What an event touches of a unit is its first 64 bytes, maybe across two lines.
         const char* u = reinterpret_cast<const char*>(&k->units.back());
