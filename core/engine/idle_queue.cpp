@@ -50,42 +50,39 @@ void IdleQueue::pop_out_of_order() {
 // Drops the fronts that are no partition's own, due or not (so that the next step with work
 // is when a partition's own place comes due, not every entry a renewal left behind), and moves
 // the due ones that are older than their partition; returns the earlier front's time if it is
-// due, else time_max.
+// due, else time_max. A place moved from the heap can land in the FIFO (with ingest time fed
+// in order it never does: a later event renews a moved place): then the FIFO is looked at again.
 int64_t IdleQueue::settle(int64_t now_ms) {
-    const auto due = [&](const ActivityEntry& e) {
-        return sat_add(e.last_ingest_ms, idle_timeout_ms_) <= now_ms;
+    // One structure's front: its time if due and its partition's last record, else time_max.
+    const auto settle_front = [&](auto has_front, auto front, auto pop) {
+        while (has_front()) {
+            const ActivityEntry e = front();
+            if (!own(e)) {
+                pop();
+                continue;
+            }
+            if (sat_add(e.last_ingest_ms, idle_timeout_ms_) > now_ms) break;
+            if (e.partition->last_ingest_ms == e.last_ingest_ms) return e.last_ingest_ms;
+            pop();
+            place(e.partition);
+        }
+        return time_max;
     };
-    int64_t first = time_max;
-    while (head_ < in_order_.size()) {
-        const ActivityEntry e = in_order_[head_];
-        if (head_ + 8 < in_order_.size()) __builtin_prefetch(in_order_[head_ + 8].partition);
-        if (!own(e)) {
-            pop_in_order();
-        } else if (!due(e)) {
-            break;
-        } else if (e.partition->last_ingest_ms != e.last_ingest_ms) {
-            pop_in_order();
-            place(e.partition);
-        } else {
-            first = e.last_ingest_ms;
-            break;
-        }
+    for (;;) {
+        const int64_t in_order =
+            settle_front([&] { return head_ < in_order_.size(); },
+                         [&] {
+                             if (head_ + 8 < in_order_.size())
+                                 __builtin_prefetch(in_order_[head_ + 8].partition);
+                             return in_order_[head_];
+                         },
+                         [&] { pop_in_order(); });
+        const size_t in_order_size = in_order_.size();
+        const int64_t out_of_order =
+            settle_front([&] { return !out_of_order_.empty(); },
+                         [&] { return out_of_order_.front(); }, [&] { pop_out_of_order(); });
+        if (in_order_.size() == in_order_size) return std::min(in_order, out_of_order);
     }
-    while (!out_of_order_.empty()) {
-        const ActivityEntry e = out_of_order_.front();
-        if (!own(e)) {
-            pop_out_of_order();
-        } else if (!due(e)) {
-            break;
-        } else if (e.partition->last_ingest_ms != e.last_ingest_ms) {
-            pop_out_of_order();
-            place(e.partition);
-        } else {
-            first = std::min(first, e.last_ingest_ms);
-            break;
-        }
-    }
-    return first;
 }
 
 void IdleQueue::take_due(int64_t now_ms, std::vector<Partition*>& out) {
