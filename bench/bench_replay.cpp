@@ -15,8 +15,9 @@
 // The log: --records N (default 2M) small JSON telemetry messages ({"ts":...,"temp":...,...},
 // about 60 bytes) from --devices D (default 10k) on sensors/dev-N/telemetry, 1 ms of ingest time
 // apart with 0-2 s of lag, a tick every 1000 records; written to a temp dir under /var/tmp and
-// removed afterwards (--keep DIR writes it there and keeps it, for perf). --pipelines 1 (or 5):
-// that config's runs only.
+// removed afterwards (--keep DIR writes it there and keeps it, for perf, with the two configs as
+// DIR/one.json and DIR/five.json, for `tidemark replay -c DIR/five.json --log-dir DIR/log`).
+// --pipelines 1 (or 5): that config's runs only.
 // --compare-zstd (issue 30): the same records also written to a compressed log (zstd blocks, a
 // seal every 1000 records: one a second of ingest time, as fsync_interval 1s makes them), and
 // the one-pipeline runs over both interleaved: replay.zstd_records_per_s and
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -234,6 +236,15 @@ int main(int argc, char** argv) {
     const bool reuse = !keep_dir.empty() && std::filesystem::exists(log_dir);
     if (compare_zstd && !(reuse && std::filesystem::exists(zstd_dir))) {
         write_log(zstd_dir, records, devices, log::Compression::zstd);
+    }
+    if (!keep_dir.empty()) {
+        std::filesystem::create_directories(keep_dir);
+        for (const auto& [name, text] :
+             {std::pair{"/one.json", &one}, {"/five.json", &five_json}}) {
+            std::ofstream out(keep_dir + name, std::ios::trunc);
+            out << *text << '\n';
+            if (!out) die("cannot write " + keep_dir + name);
+        }
     }
     if (!reuse) {
         const uint64_t payload_avg = write_log(log_dir, records, devices);

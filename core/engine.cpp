@@ -35,7 +35,8 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
       session_(spec.window.type == WindowType::session),
       scope_partition_(spec.watermark.scope == WatermarkScope::partition),
       lateness_ms_(spec.late.allowed_lateness_ms),
-      retract_(spec.late.corrections == Corrections::retract) {
+      retract_(spec.late.corrections == Corrections::retract),
+      activity_(spec.watermark.idle_timeout_ms) {
     const WindowSpec& w = spec.window;
     size_ms_ = w.size_ms;
     offset_ms_ = w.offset_ms;
@@ -48,8 +49,7 @@ PipelineRun::PipelineRun(const std::string& node_id, const PipelineSpec& spec, u
     id_seed_ = emission_id_seed(node_id_, spec_.name, spec_.version);
 }
 
-void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
-    if (now_ms <= now_ms_) return;
+void PipelineRun::step(int64_t now_ms, EmissionSink& sink) {
     reap_partitions();
     const int64_t previous_ms = now_ms_;
     now_ms_ = now_ms;
@@ -61,13 +61,10 @@ void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
     // minimum over those still active, so the windows that minimum reaches close then, and
     // an all-idle advance starts from it (not from a minimum taken before they went idle).
     for (;;) {
-        const int64_t idle_at = activity_.next_idle_at(now_ms, spec_.watermark.idle_timeout_ms);
-        if (idle_at > now_ms) break;
-        went_idle_.clear();
-        while (activity_.next_idle_at(now_ms, spec_.watermark.idle_timeout_ms) == idle_at) {
-            went_idle_.push_back(activity_.front());
-            activity_.pop();
-        }
+        activity_.take_due(now_ms, went_idle_);
+        if (went_idle_.empty()) break;
+        const int64_t idle_at =
+            sat_add(went_idle_.front()->last_ingest_ms, spec_.watermark.idle_timeout_ms);
         for (Partition* p : went_idle_)
             go_idle(p, idle_at);
         if (!scope_partition_) {
@@ -141,7 +138,7 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
                                  : time_min);
         return;
     }
-    KeyState* k = find_key(key);
+    KeyState* k = take_prefound(key);
     // The key's partition is read anyway (touch_partition): comparing its name costs no
     // extra cache line.
     Partition* p = (k && k->partition && same_name(k->partition->name, part_name))
@@ -185,9 +182,7 @@ void PipelineRun::process(const Event& event, EmissionSink& sink) {
         raise_watermark(d, sat_add(p->max_event_ms, -spec_.watermark.delay_ms));
     } else {
         global_.idle = false;
-        // While a partition is known to be at or below the watermark, the minimum is too
-        // and the watermark stays: the minimum is looked up only when that one moves up.
-        if (low_tree_.witness_lost()) raise_watermark(global_, low_tree_.minimum());
+        raise_watermark(global_, low_tree_.minimum());
     }
     fire_due(d, sink);
     // An event refused for its window (max_open_windows) may leave a new partition with
@@ -201,7 +196,7 @@ const PipelineStats& PipelineRun::stats() {
         units_total_ * unit_bytes_ + fired_total_ * (sizeof(Fired) + 16 * spec_.aggregates.size()) +
         keys_.size() * (sizeof(KeyState) + 48) +
         partitions_.size() *
-            (sizeof(Partition) + 48 + sizeof(ActivityEntry) + 2 * sizeof(int64_t)) +
+            (sizeof(Partition) + 48 + IdleQueue::bytes_per_partition + 2 * sizeof(int64_t)) +
         remembered_.size() * remembered_bytes + too_late_windows_.size() * sizeof(TooLateWindow) +
         late_tallies_.size() * sizeof(LateTally);
     stats_.late_reports = late_reports_;
@@ -290,11 +285,16 @@ void Engine::prefetch(std::span<const uint32_t> pipelines, std::string_view key,
                       std::string_view partition) {
     const bool composite = !partition.empty() && partition != key;
     const uint64_t hash = detail::hash_name(key);
-    for (int stage = 0; stage < 3; ++stage)
+    const auto each = [&](auto&& round) {
         for (const uint32_t p : pipelines) {
             TM_ASSERT(p < impl_->pipelines.size());
-            impl_->pipelines[p]->prefetch(stage, hash, composite);
+            detail::PipelineRun& run = *impl_->pipelines[p];
+            if (!(composite && run.keys_composite())) round(run);
         }
+    };
+    each([&](detail::PipelineRun& run) { run.prefetch_slot(hash); });
+    each([&](detail::PipelineRun& run) { run.prefetch_key(hash); });
+    each([&](detail::PipelineRun& run) { run.prefetch_window(key, hash); });
 }
 
 const PipelineStats& Engine::stats(uint32_t pipeline) const {

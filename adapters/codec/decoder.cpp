@@ -323,6 +323,10 @@ bool Decoder::same_event_as(const Decoder& other) const noexcept {
            a.timestamp == b.timestamp;
 }
 
+bool Decoder::same_fields_as(const Decoder& other) const noexcept {
+    return impl_->spec.field_pointers == other.impl_->spec.field_pointers;
+}
+
 void Decoder::decode_fields(const PayloadParser& parsed, DecodedEvent& out) const {
     const PayloadParser::Impl& p = *parsed.impl_;
     TM_ASSERT(!p.released && p.status == DecodeStatus::ok);

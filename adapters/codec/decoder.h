@@ -177,6 +177,9 @@ class Decoder {
     /// Whether `other` makes the same event of every message but for the fields: the same topic
     /// filter, key, partition and timestamp. Several pipelines over one telemetry usually do.
     bool same_event_as(const Decoder& other) const noexcept;
+    /// Whether `other` reads the same fields (the same pointers, in the same order): its
+    /// decode_fields() gives this one's fields of every message.
+    bool same_fields_as(const Decoder& other) const noexcept;
     /// Replaces the fields of `out`, which a decoder that same_event_as this one decoded from
     /// `parsed` with status ok, by this pipeline's: what decode() would give, for the cost of
     /// the field lookups alone.

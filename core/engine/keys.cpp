@@ -18,6 +18,7 @@ KeyState* PipelineRun::create_key(std::string_view key, Partition* p, Domain& d)
     set_key_partition(*k, p);
     k->domain = &d;
     keys_.insert(k, hash_name(key));
+    ++keys_changed_;
     return k;
 }
 
@@ -26,6 +27,7 @@ void PipelineRun::remove_key(KeyState* k) {
     timer_cancel(*k);
     if (tracking_ && k->meta_persisted) erased_.push_back(meta_key(k->key));
     keys_.erase(k->key, hash_name(k->key));
+    ++keys_changed_;
     // Back to a fresh key's state, keeping the capacity of its vectors. Last: the
     // partition may be forgotten with it.
     k->domain = nullptr;

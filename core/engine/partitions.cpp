@@ -184,6 +184,7 @@ void PipelineRun::release_partition(Partition* p) {
     p->dirty = false;
     p->persisted = false;
     p->keys = 0;
+    p->queued_ms = time_min;
     p->domain.reset();
     free_partitions_.push_back(p);
 }

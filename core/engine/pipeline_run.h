@@ -66,11 +66,16 @@ class PipelineRun {
 
     const PipelineSpec& spec() const { return spec_; }
 
+    // See Engine::advance. Inline: most clock steps only move the clock (step_is_quiet).
     void advance(int64_t now_ms, EmissionSink& sink);
     void process(const Event& event, EmissionSink& sink);
-    // One round of Engine::prefetch for the key whose name hashes to `hash` (`composite`: the
-    // event names a partition other than its key).
-    void prefetch(int stage, uint64_t hash, bool composite) const;
+    // The rounds of Engine::prefetch for a key whose name hashes to `hash`: its hash slot; its
+    // state; its newest window and its partition, keeping the state for the next process()
+    // (see prefound_). Scope partition keys a composite name (see process): those are left.
+    void prefetch_slot(uint64_t hash) const;
+    void prefetch_key(uint64_t hash) const;
+    void prefetch_window(std::string_view key, uint64_t hash);
+    bool keys_composite() const { return scope_partition_; }
     const PipelineStats& stats();
 
     void checkpoint(StateWriter& w);
@@ -92,6 +97,9 @@ class PipelineRun {
         bool persisted = false;  // the store holds its record
         bool dirty = false;      // on dirty_remembered_
     };
+    bool step_is_quiet(int64_t now_ms) const;
+    void step(int64_t now_ms, EmissionSink& sink);
+
     // --- partitions (partitions.cpp) ---------------------------------------------------------
     Partition* find_partition(std::string_view name) const;
     Partition* create_partition(std::string_view name);
@@ -120,6 +128,7 @@ class PipelineRun {
 
     // --- keys (keys.cpp) ---------------------------------------------------------------------
     KeyState* find_key(std::string_view key) const;
+    KeyState* take_prefound(std::string_view key);
     KeyState* admit_key(KeyState* k, std::string_view key, Partition* p, Domain& d,
                         const Event& event, int64_t t, EmissionSink& sink);
     KeyState* create_key(std::string_view key, Partition* p, Domain& d);
@@ -232,6 +241,15 @@ class PipelineRun {
     size_t unit_bytes_ = 0;
 
     NameTable<KeyState> keys_;
+    uint64_t keys_changed_ = 0;  // keys created or removed, ever: see prefound_
+    // The key's state Engine::prefetch found for the next process(), while no key was created
+    // or removed since (keys_changed_ then): that process() takes it instead of hashing the
+    // name and probing the table again, after comparing the name (issue 31).
+    struct Prefound {
+        KeyState* key = nullptr;
+        uint64_t keys_changed = 0;
+    };
+    Prefound prefound_;
     // KeyStates and Partitions are allocated pool_chunk at a time (they are cache-line
     // aligned, and an aligned allocation is slow): one allocation per chunk, not per key.
     static constexpr size_t pool_chunk = 64;
@@ -361,7 +379,7 @@ inline int64_t PipelineRun::candidate_of(const Partition& p) const {
 }
 
 TM_HOT void PipelineRun::low_set(Partition& p, int64_t value) {
-    low_tree_.set(p.index, value, global_.watermark);
+    low_tree_.set(p.index, value);
 }
 
 inline int64_t PipelineRun::idle_watermark(const Domain& d, int64_t now_ms) {
@@ -373,9 +391,8 @@ inline void PipelineRun::raise_watermark(Domain& d, int64_t candidate) {
     if (candidate != time_max && candidate > d.watermark) d.watermark = candidate;
 }
 
-// Per event: no list or tree moves. The partition's place in activity_ is brought up to
-// date when it reaches the front (see advance), its leaf of low_tree_ when the minimum is
-// needed (see WatermarkTree::minimum).
+// Per event: the partition's place in activity_ is renewed every half idle timeout (see
+// IdleQueue), its leaf of low_tree_ written with the path above it that changes.
 TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
     mark_dirty(p);
     p->last_ingest_ms = ingest_ms;
@@ -386,8 +403,9 @@ TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t
         ++active_;
         activity_.push(p);
         if (!scope_partition_) low_set(*p, candidate_of(*p));
-    } else if (raised && !scope_partition_) {
-        low_set(*p, candidate_of(*p));
+    } else {
+        activity_.touched(p);
+        if (raised && !scope_partition_) low_set(*p, candidate_of(*p));
     }
 }
 
@@ -410,20 +428,30 @@ inline KeyState* PipelineRun::admit_key(KeyState* k, std::string_view key, Parti
     return k;
 }
 
-inline void PipelineRun::prefetch(int stage, uint64_t hash, bool composite) const {
-    // Scope partition keys a composite name (see process): not worth hashing here.
-    if (scope_partition_ && composite) return;
-    if (stage == 0) {
-        keys_.prefetch_slot(hash);
-        return;
-    }
+// The state Engine::prefetch found for `key`, if it is still the table's (no key created or
+// removed since, and the name is the same); else the table's lookup.
+TM_HOT KeyState* PipelineRun::take_prefound(std::string_view key) {
+    KeyState* k = prefound_.key;
+    prefound_.key = nullptr;
+    if (k && prefound_.keys_changed == keys_changed_ && same_name(k->key, key)) return k;
+    return find_key(key);
+}
+
+TM_HOT void PipelineRun::prefetch_slot(uint64_t hash) const {
+    keys_.prefetch_slot(hash);
+}
+
+TM_HOT void PipelineRun::prefetch_key(uint64_t hash) const {
     const KeyState* k = keys_.probe_hash(hash);
     if (!k) return;
-    if (stage == 1) {
-        __builtin_prefetch(k);
-        __builtin_prefetch(reinterpret_cast<const char*>(k) + 64);
-        return;
-    }
+    __builtin_prefetch(k);
+    __builtin_prefetch(reinterpret_cast<const char*>(k) + 64);
+}
+
+TM_HOT void PipelineRun::prefetch_window(std::string_view key, uint64_t hash) {
+    KeyState* k = keys_.find(key, hash);
+    prefound_ = {k, keys_changed_};
+    if (!k) return;
     if (!k->units.empty()) {
         // What an event touches of a unit is its first 64 bytes, maybe across two lines.
         const char* u = reinterpret_cast<const char*>(&k->units.back());
@@ -431,6 +459,26 @@ inline void PipelineRun::prefetch(int stage, uint64_t hash, bool composite) cons
         __builtin_prefetch(u + 63);
     }
     if (k->partition) __builtin_prefetch(k->partition);
+}
+
+// Nothing for a clock step to do but move the clock: no partition can go idle yet, none
+// waits to be released, no tally to report, and no watermark follows ingest time.
+TM_HOT bool PipelineRun::step_is_quiet(int64_t now_ms) const {
+    if (!retired_partitions_.empty() || !late_tallies_.empty()) return false;
+    if (activity_.idle_bound_ms() <= now_ms) return false;
+    if (!clock_trusted_) return true;
+    if (scope_partition_) return idle_deadlines_.empty() || idle_deadlines_.begin()->first > now_ms;
+    return !global_.idle;
+}
+
+TM_HOT void PipelineRun::advance(int64_t now_ms, EmissionSink& sink) {
+    if (now_ms <= now_ms_) return;
+    if (step_is_quiet(now_ms)) {
+        now_ms_ = now_ms;
+        stats_.ingest_ms = now_ms;
+        return;
+    }
+    step(now_ms, sink);
 }
 
 TM_HOT void PipelineRun::fire_due(Domain& d, EmissionSink& sink) {

@@ -105,19 +105,20 @@ struct Domain {
     int64_t idle_deadline_ms = time_max;
 };
 
-// One cache line: what an event touches, and the name it is compared by.
+// The first cache line is what an event touches, and the name it is compared by.
 struct alignas(64) Partition {
     int64_t max_event_ms = time_min;
     int64_t last_ingest_ms = time_min;
-    bool idle = true;  // until its first event
+    int64_t queued_ms = time_min;  // its place in the idle queue (IdleQueue); time_min: none
+    bool idle = true;              // until its first event
     bool dirty = false;
     bool persisted = false;  // the store holds its record: see Unit::persisted
     // Forgotten (idle, no live key) while still on the dirty list: the object is reused only
     // after the next checkpoint has walked that list.
     bool forgotten = false;
     uint32_t index = 0;
-    uint32_t keys = 0;  // live keys whose partition this is: it is forgotten only at 0
     std::string name;
+    uint32_t keys = 0;               // live keys whose partition this is: it is forgotten only at 0
     std::unique_ptr<Domain> domain;  // scope partition only
 };
 

@@ -1,5 +1,8 @@
 #include "firmware/service/processor.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "adapters/codec/decoder.h"
 #include "adapters/codec/topic.h"
 #include "core/bytes.h"
@@ -46,8 +49,19 @@ struct Processor::Impl {
         // to process (Engine::prefetch), so that their state loads side by side.
         std::vector<uint32_t> members;
     };
-    std::vector<uint32_t> group_of;   // per pipeline
-    std::unique_ptr<Group[]> groups;  // at most one per pipeline (Group cannot move)
+    // Members of a group that read the same fields (Decoder::same_fields_as) read them once
+    // per record: the first to decode them keeps them here, the others take them from there.
+    struct SharedFields {
+        std::vector<double> values;
+        uint32_t missing = 0;
+        uint64_t record_serial = 0;  // the record they are of (0: none yet)
+    };
+    std::vector<uint32_t> group_of;  // per pipeline
+    // Per pipeline: the SharedFields it reads (those of the first pipeline of its group with
+    // the same fields), or none when no other pipeline of its group reads the same.
+    std::vector<std::optional<uint32_t>> shared_fields_of;
+    std::vector<SharedFields> shared_fields;  // indexed by pipeline
+    std::unique_ptr<Group[]> groups;          // at most one per pipeline (Group cannot move)
     uint64_t record_serial = 0;
 };
 
@@ -89,6 +103,16 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     impl->groups = std::make_unique<Impl::Group[]>(groups);
     for (uint32_t i = 0; i < impl->group_of.size(); ++i)
         impl->groups[impl->group_of[i]].members.push_back(i);
+    impl->shared_fields_of.resize(impl->decoders.size());
+    impl->shared_fields.resize(impl->decoders.size());
+    for (uint32_t i = 0; i < impl->decoders.size(); ++i) {
+        for (const uint32_t j : impl->groups[impl->group_of[i]].members) {
+            if (j != i && impl->decoders[i].same_fields_as(impl->decoders[j])) {
+                impl->shared_fields_of[i] = std::min(i, j);
+                break;
+            }
+        }
+    }
     auto engine = core::Engine::create(config.node_id, std::move(specs));
     if (!engine) return std::unexpected(engine.error());
     std::unique_ptr<Processor> processor(
@@ -159,6 +183,9 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
             parsed = true;
         }
         codec::DecodedEvent& out = group.scratch;
+        Impl::SharedFields* shared =
+            d.shared_fields_of[i] ? &d.shared_fields[*d.shared_fields_of[i]] : nullptr;
+        bool fields_decoded = true;
         if (!group.decoded) {
             group.status =
                 decoder.decode(d.parser, record.topic, record.ingest_ms, record.offset, out);
@@ -166,7 +193,18 @@ void Processor::feed(const log::Record& record, ProcessorSink& sink) {
             if (group.status == codec::DecodeStatus::ok && group.members.size() > 1)
                 engine_->prefetch(group.members, out.event.key, out.event.partition);
         } else if (group.status == codec::DecodeStatus::ok) {
-            decoder.decode_fields(d.parser, out);
+            if (shared && shared->record_serial == serial) {
+                out.event.fields = shared->values;
+                out.fields_missing = shared->missing;
+                fields_decoded = false;
+            } else {
+                decoder.decode_fields(d.parser, out);
+            }
+        }
+        if (shared && fields_decoded && group.status == codec::DecodeStatus::ok) {
+            shared->values.assign(out.event.fields.begin(), out.event.fields.end());
+            shared->missing = out.fields_missing;
+            shared->record_serial = serial;
         }
         if (group.status != codec::DecodeStatus::ok) {
             ++counters_[i].malformed;

@@ -383,3 +383,67 @@ TEST_CASE("property 7: the global watermark is the minimum over active partition
         }
     }
 }
+
+TEST_CASE("property 8: a partition goes idle exactly an idle timeout after its last record") {
+    // The engine renews a partition's place in its idle queue only every half timeout and
+    // moves a stale place when it comes due (issue 31); this counts, after every record and
+    // tick, the partitions whose last record is less than a timeout old. Partitions report
+    // with periods on both sides of the half timeout and of the timeout itself, some in bursts
+    // that stop right after a renewal, many at the same instants; both watermark scopes.
+    for (const auto scope : {core::WatermarkScope::global, core::WatermarkScope::partition}) {
+        for (uint32_t seed : {11u, 12u, 13u}) {
+            constexpr int64_t timeout = 4 * second;
+            auto spec = make_spec(WindowType::tumbling, 10 * second);
+            spec.watermark.delay_ms = 500;
+            spec.watermark.idle_timeout_ms = timeout;
+            spec.watermark.scope = scope;
+            Driver d(spec);
+            std::mt19937_64 rng(seed);
+            const std::vector<int64_t> periods = {timeout / 4,     timeout / 2 - 1, timeout / 2,
+                                                  timeout / 2 + 1, timeout - 1,     timeout,
+                                                  timeout + 1,     3 * timeout / 2};
+            struct Reporter {
+                int64_t period_ms;
+                int64_t next_ms;
+                int burst_left;  // records before a silence, -1: never silent
+            };
+            std::vector<Reporter> reporters;
+            for (int i = 0; i < 40; ++i)
+                reporters.push_back({periods[static_cast<size_t>(i) % periods.size()],
+                                     1'000'000 + static_cast<int64_t>(rng() % 8) * 250,
+                                     i % 3 == 0 ? static_cast<int>(rng() % 4) + 1 : -1});
+            std::map<std::string, int64_t> last_ingest;
+            const auto check = [&](int64_t now) {
+                uint64_t active = 0;
+                for (const auto& [name, last] : last_ingest)
+                    if (last + timeout > now) ++active;
+                REQUIRE(d.stats().partitions_active == active);
+            };
+            int64_t now = 1'000'000;
+            for (int step = 0; step < 4'000; ++step) {
+                // The next instant some reporter is due, or a tick that lands between records.
+                int64_t next = std::numeric_limits<int64_t>::max();
+                for (const Reporter& r : reporters)
+                    next = std::min(next, r.next_ms);
+                if (rng() % 4 == 0) next = std::min(next, now + static_cast<int64_t>(rng() % 900));
+                now = std::max(now, next);
+                d.tick(now);
+                check(now);
+                for (size_t i = 0; i < reporters.size(); ++i) {
+                    Reporter& r = reporters[i];
+                    if (r.next_ms != now) continue;
+                    const std::string key = "p" + std::to_string(i);
+                    d.feed({now, key, now - static_cast<int64_t>(rng() % 300), 1});
+                    last_ingest[key] = now;
+                    check(now);
+                    r.next_ms = now + r.period_ms;
+                    if (r.burst_left > 0 && --r.burst_left == 0) {
+                        // Silent for a while, then a new burst.
+                        r.next_ms += 2 * timeout + static_cast<int64_t>(rng() % 3) * timeout;
+                        r.burst_left = static_cast<int>(rng() % 4) + 1;
+                    }
+                }
+            }
+        }
+    }
+}
