@@ -113,7 +113,7 @@ struct Decoder::Impl {
             const KeySource& part = parts[i];
             if (i > 0) out += '|';
             if (part.kind == KeySource::topic_level) {
-                auto level = topic_level(topic, part.level);
+                auto level = topic_level_of(topic, part.level);
                 if (!level) {
                     reason.assign("the ").append(what).append(" is topic level ");
                     append_integer(reason, part.level);

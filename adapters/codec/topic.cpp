@@ -39,7 +39,7 @@ bool topic_matches(std::string_view filter, std::string_view topic) noexcept {
     }
 }
 
-std::optional<std::string_view> topic_level(std::string_view topic, int level) noexcept {
+std::optional<std::string_view> topic_level_of(std::string_view topic, int level) noexcept {
     if (level < 0) return std::nullopt;
     size_t start = 0;
     for (int i = 0; i < level; ++i) {

@@ -15,7 +15,7 @@ namespace tidemark::codec {
 bool topic_matches(std::string_view filter, std::string_view topic) noexcept;
 
 /// The `level`th level of `topic` (from 0), or nullopt when it has fewer levels.
-std::optional<std::string_view> topic_level(std::string_view topic, int level) noexcept;
+std::optional<std::string_view> topic_level_of(std::string_view topic, int level) noexcept;
 
 /// Appends `value` so that it stays inside one topic level: '/', '+', '#', '%', control
 /// characters (NUL included) and bytes that are not valid UTF-8 become %XX (uppercase hex).

@@ -287,25 +287,25 @@ TEST_CASE("property 6: restoring a snapshot and feeding the rest equals the unin
                     if (j % 250 == 0) first.engine->checkpoint(chained);
                 }
                 first.engine->checkpoint(chained);
-                Driver second(spec);
-                second.order = first.order;
+                Driver again(spec);
+                again.order = first.order;
                 for (const auto& [k, v] : chained.data)
-                    REQUIRE(second.engine->restore_entry(k, v));
-                REQUIRE(second.engine->restore_finish());
+                    REQUIRE(again.engine->restore_entry(k, v));
+                REQUIRE(again.engine->restore_finish());
                 for (; j < cut2; ++j) {
-                    second.feed(in[j]);
-                    if (j % 250 == 0) second.engine->checkpoint(chained);
+                    again.feed(in[j]);
+                    if (j % 250 == 0) again.engine->checkpoint(chained);
                 }
-                second.engine->checkpoint(chained);
+                again.engine->checkpoint(chained);
                 Driver third(spec);
-                third.order = second.order;
+                third.order = again.order;
                 for (const auto& [k, v] : chained.data)
                     REQUIRE(third.engine->restore_entry(k, v));
                 REQUIRE(third.engine->restore_finish());
                 for (; j < in.size(); ++j)
                     third.feed(in[j]);
                 third.finish();
-                CHECK(first.rec.text() + second.rec.text() + third.rec.text() == whole.rec.text());
+                CHECK(first.rec.text() + again.rec.text() + third.rec.text() == whole.rec.text());
 
                 std::string joined = part.rec.text() + resumed.rec.text();
                 INFO("type " << static_cast<int>(type) << " scope " << static_cast<int>(scope)
