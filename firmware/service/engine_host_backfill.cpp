@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "firmware/service/engine_host.h"
 
@@ -57,9 +58,10 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     auto n = run.step(consumed_offset_, records_max, now + static_cast<int64_t>(read_ms), clock_);
     if (!n) return std::unexpected(n.error());
     const int64_t read_end = clock_.steady_ms();
-    for (lmdb::OutboxRow& row : run.sink().rows)
-        sink_->rows.push_back(std::move(row));
-    run.sink().rows.clear();
+    // The live sink holds no rows (checked above): the run's become its rows whole, none moved
+    // one by one, and the run keeps the live sink's empty vector with its capacity.
+    TM_ASSERT(sink_->rows.empty());
+    std::swap(sink_->rows, run.sink().rows);
     // Side output of history is not kept: the side store dedupes by log position, which the
     // live version has passed (counted as too_late all the same).
     run.sink().side.clear();
