@@ -61,7 +61,8 @@ struct BackfillFigures {
     uint64_t end_offset = 0;        // the live position it catches up with
     uint64_t records = 0;           // read by this process
     double records_per_s = 0;       // over the wall time since it started in this process
-    double busy_records_per_s = 0;  // over the time its slices took
+    double busy_records_per_s = 0;  // over the time its slices took: reading and committing
+    double cpu_records_per_s = 0;   // over the engine thread's CPU time in its slices
     double eta_s = -1;              // at the current share; -1 unknown
 };
 

@@ -51,6 +51,7 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
         now < backfill_resume_ms_)
         return 0;
     BackfillRun& run = *backfills_.front();
+    const int64_t cpu_start_us = clock_.thread_cpu_us();
     // A slice is reading, then committing what it emitted (an outbox transaction with its
     // fsync): both are charged to the share, and the reading part gets the fraction of the
     // budget that reading took in earlier slices, so that the whole slice stays within it.
@@ -74,6 +75,7 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     backfill_wait_ms_ = 0;
     const int64_t slice_end = clock_.steady_ms();
     backfill_credit_ms_ -= static_cast<double>(slice_end - now);
+    run.add_slice(slice_end - now, clock_.thread_cpu_us() - cpu_start_us);
     if (slice_end > now)
         backfill_read_fraction_ =
             std::clamp(0.7 * backfill_read_fraction_ + 0.3 * static_cast<double>(read_end - now) /
