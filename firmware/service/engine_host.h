@@ -112,8 +112,9 @@ class EngineHost {
     /// Processes at most `records_max` records (up to the durable end, or the written end when
     /// draining on shutdown) and commits their emissions. Returns records processed.
     Result<size_t> step(size_t records_max, bool drain);
-    /// Backfill work within the share (a token bucket over steady time, each slice at most
-    /// max_live_delay); a run that reaches the live position switches. Returns records read.
+    /// Backfill work within the share (a token bucket: max_share of the steady time in, each
+    /// slice's CPU time out; a slice at most max_live_delay); a run that reaches the live
+    /// position switches. Returns records read.
     Result<size_t> backfill_step(size_t records_max);
     bool backfilling() const { return !backfills_.empty(); }
     /// Applies another config's pipelines and backfill settings: a checkpoint, then every
