@@ -58,8 +58,12 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     // A slice is reading, then committing what it emitted (an outbox transaction with its
     // fsync): both are charged to the share (their CPU time), and the reading part gets the
     // fraction of the credit that reading took in earlier slices, so that the whole slice stays
-    // within it.
-    const double read_ms = std::max(1.0, backfill_credit_ms_ * backfill_read_fraction_);
+    // within it. It reads for at most a tenth of max_live_delay: a live record that arrives during
+    // a slice waits for all of it, and a slice as long as the credit allows (up to max_live_delay)
+    // delayed live records by its whole length (issue 31).
+    const double read_ms = std::max(
+        1.0, std::min(backfill_credit_ms_ * backfill_read_fraction_,
+                      live_delay_ms / static_cast<double>(backfill_read_slices_per_live_delay)));
     auto n = run.step(consumed_offset_, records_max, now + static_cast<int64_t>(read_ms), clock_);
     if (!n) return std::unexpected(n.error());
     const int64_t read_end = clock_.steady_ms();
