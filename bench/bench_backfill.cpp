@@ -15,9 +15,10 @@
 //    backfills the whole log while the same live feed runs, until --after-s (default 15) past
 //    B's switch. Delays are split at the switch: records appended before it, and after it.
 // 3. Replay: `tidemark replay` (replay_command) of pipeline B over the same log, out /dev/null,
-//    --replays N runs (default 3), median. busy_vs_replay and wall_vs_share_replay (issue 31)
-//    put the backfill's busy and wall rates against replay's (the wall one against max_share x
-//    replay's).
+//    --replays N runs (default 3), median. busy_vs_replay, cpu_vs_replay and
+//    wall_vs_share_replay (issue 31) put the backfill's rates against replay's: over the steady
+//    time of its slices (reading and committing), over the engine thread's CPU time in them,
+//    and over the wall time to the switch (against max_share x replay's).
 // A drain thread deletes outbox rows as the forwarder does on PUBACK, so the outbox stays small.
 // fsync `never`: step() then reads up to the written end, so the delays are the engine's, not
 // the fsync interval's (with `interval` a live record also waits up to storage.fsync_interval).
@@ -236,8 +237,9 @@ struct LiveRun {
     // Backfill figures (backfill run only).
     uint64_t backfill_records = 0;
     double backfill_wall_s = 0;
-    double busy_records_per_s = 0;
-    double switch_step_ms = 0;  // the backfill_step() that switched: a checkpoint and a restore
+    double busy_records_per_s = 0;  // over its slices' steady time, commits included
+    double cpu_records_per_s = 0;   // over the engine thread's CPU time in its slices
+    double switch_step_ms = 0;      // the backfill_step() that switched: a checkpoint and a restore
     bool switched = false;
     // Where the engine thread's time went: the longest call of each kind, and checkpoints.
     double step_max_ms = 0, backfill_step_max_ms = 0;
@@ -293,7 +295,10 @@ LiveRun run_live(firmware::EngineHost& host, const core::Clock& clock, const Opt
         const bool was_backfilling = host.backfilling();
         if (was_backfilling) {
             const auto figures = host.backfill_figures();
-            if (!figures.empty()) out.busy_records_per_s = figures.front().busy_records_per_s;
+            if (!figures.empty()) {
+                out.busy_records_per_s = figures.front().busy_records_per_s;
+                out.cpu_records_per_s = figures.front().cpu_records_per_s;
+            }
             if (backfill_t0 == Steady::time_point{}) backfill_t0 = Steady::now();
         }
         const auto b0 = Steady::now();
@@ -525,14 +530,17 @@ int main(int argc, char** argv) {
     std::printf(
         "backfill: %s after %llu records in %.1f s (the switching step %.1f ms); %d "
         "backfill steps over max_live_delay 200 ms; until the switch %.1f s in "
-        "backfill_step (%.1f s of it reading, at the busy rate), %.1f s asleep waiting "
-        "for the share\n",
+        "backfill_step (%.1f s of it in slices, at the busy rate; %.1f s of CPU in them), %.1f s "
+        "asleep waiting for the share\n",
         during.switched ? "switched" : "NOT switched",
         static_cast<unsigned long long>(during.backfill_records), during.backfill_wall_s,
         during.switch_step_ms, during.backfill_steps_over_200_ms,
         during.backfill_step_total_ms / 1000,
         during.busy_records_per_s > 0
             ? static_cast<double>(during.backfill_records) / during.busy_records_per_s
+            : 0.0,
+        during.cpu_records_per_s > 0
+            ? static_cast<double>(during.backfill_records) / during.cpu_records_per_s
             : 0.0,
         during.sleep_total_ms / 1000);
     std::fflush(stdout);
@@ -569,12 +577,16 @@ int main(int argc, char** argv) {
                     static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate))));
     std::printf("backfill.records_per_s: %.0f records/s\n", wall_rate);
     std::printf("backfill.busy_records_per_s: %.0f records/s\n", during.busy_records_per_s);
+    std::printf("backfill.cpu_records_per_s: %.0f records/s\n", during.cpu_records_per_s);
     std::printf("backfill.replay_records_per_s: %.0f records/s\n", replay_rate);
     std::printf("backfill.vs_replay: %.3f\n", wall_rate / replay_rate);
     // Issue 31's restatement: the busy rate (time inside the backfill's slices, their outbox
     // commits included) against replay's, and the wall rate against the share of replay's rate
     // the backfill may take.
     std::printf("backfill.busy_vs_replay: %.3f\n", during.busy_records_per_s / replay_rate);
+    // Replay is one thread that seldom blocks (its output is a file): its wall rate is about its
+    // CPU rate.
+    std::printf("backfill.cpu_vs_replay: %.3f\n", during.cpu_records_per_s / replay_rate);
     std::printf("backfill.wall_vs_share_replay: %.3f\n", wall_rate / (o.share * replay_rate));
     std::printf("backfill.live_p99_delay_ms: %.2f ms\n", during_p99 - base_p99);
     std::printf("backfill.live_p99_delay_baseline_ms: %.2f ms\n", base_p99);

@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
+
+#include "core/result.h"
 
 namespace tidemark::firmware {
 
@@ -19,6 +22,13 @@ int64_t SystemClock::steady_ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+}
+
+int64_t SystemClock::thread_cpu_us() const {
+    timespec t{};
+    const int rc = ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    TM_ASSERT(rc == 0);  // the calling thread's own clock: a valid id, a valid pointer
+    return int64_t{t.tv_sec} * 1'000'000 + t.tv_nsec / 1000;
 }
 
 namespace {

@@ -10,12 +10,14 @@
 namespace tidemark::firmware {
 
 /// The host's clocks: `wall_ms` by std::chrono::system_clock (what ingest stamps records with),
-/// `steady_ms` by std::chrono::steady_clock. main() makes the one instance and passes it down;
-/// nothing in firmware reads a clock any other way, so tests can pass a test::ManualClock.
+/// `steady_ms` by std::chrono::steady_clock, `thread_cpu_us` by CLOCK_THREAD_CPUTIME_ID. main()
+/// makes the one instance and passes it down; nothing in firmware reads a clock any other way, so
+/// tests can pass a test::ManualClock.
 class SystemClock final : public core::Clock {
   public:
     int64_t wall_ms() const override;
     int64_t steady_ms() const override;
+    int64_t thread_cpu_us() const override;
 };
 
 /// What the host says of its clock.

@@ -4,10 +4,11 @@
 // What a row costs is most of what a backfill costs (issue 31: its results are one row each,
 // committed slice by slice): so the ids are looked up and put in key order with one cursor per
 // generation (neighbouring keys, mostly on the page the cursor is on, not a walk from the root
-// each), and the compaction index is written only when something reads it: compaction
-// (compact_superseded) and the health row. Without compaction the index had no reader: a store
-// opened again claims every row it holds (Store::open sets the claim to seq_next), so no entry
-// written before that is ever used to compact, whatever the option is in the next run.
+// each), the rows are put through one cursor with MDB_APPEND (their seqs only grow), the keys
+// are built without allocating, and the compaction index is written only when something reads it:
+// compaction (compact_superseded) and the health row. Without compaction the index had no reader: a
+// store opened again claims every row it holds (Store::open sets the claim to seq_next), so no
+// entry written before that is ever used to compact, whatever the option is in the next run.
 #include <lmdb.h>
 
 #include <algorithm>
@@ -44,46 +45,61 @@ struct AppendBatch {
     uint64_t bytes_before = 0;     // the outbox's bytes before the batch
     uint64_t batch_seq_first = 0;  // the seq of the batch's first row
     AppendResult result;
-    std::string value;  // a row's encoding, one buffer for the batch
+    std::string value;                  // a row's encoding, one buffer for the batch
+    MDB_cursor* rows_cursor = nullptr;  // on impl.outbox: every row goes in with MDB_APPEND
 };
 
-// The batch's id keys (id_key_bytes each, row i's at i * id_key_bytes) and the rows in key order,
-// each with what the dedupe found and, once appended, its seq.
+// A cursor of the batch's write transaction, closed when the scope ends (an error or not): the
+// transaction is aborted or committed only after.
+class ScopedCursor {
+  public:
+    ScopedCursor() = default;
+    ScopedCursor(const ScopedCursor&) = delete;
+    ScopedCursor& operator=(const ScopedCursor&) = delete;
+    ~ScopedCursor() { close(); }
+    int open(MDB_txn* txn, MDB_dbi dbi) {
+        close();
+        return mdb_cursor_open(txn, dbi, &cursor_);
+    }
+    void close() {
+        if (cursor_) mdb_cursor_close(cursor_);
+        cursor_ = nullptr;
+    }
+    MDB_cursor* get() const { return cursor_; }
+
+  private:
+    MDB_cursor* cursor_ = nullptr;
+};
+
+// The batch's rows in id key order, each with its key, what the dedupe found and, once appended,
+// its seq. The key is in the slot, not looked up by row: sorting compares it (4,096 rows: ~50 k
+// comparisons a batch).
 struct BatchIds {
-    std::string keys;
     struct Slot {
+        IdKey key;
         uint32_t row = 0;
         bool seen = false;  // in the index already, or an earlier row of the batch has the id
         uint64_t seq = 0;   // 0: not appended (seen)
     };
     std::vector<Slot> by_key;
     std::vector<uint32_t> slot_of_row;  // row -> its place in by_key
-
-    std::string_view key(uint32_t row) const {
-        return std::string_view(keys).substr(size_t{row} * id_key_bytes, id_key_bytes);
-    }
 };
-
-StoreResult<void> cursor_error(Store::Impl& impl, MDB_cursor* cur, int rc) {
-    if (cur) mdb_cursor_close(cur);
-    return std::unexpected(impl.error(rc, append_what));
-}
 
 // Marks the slots whose key is in generation dbi: one cursor, the keys in ascending order, each
 // found with MDB_SET_RANGE from where the previous one left it.
 StoreResult<void> look_up_ids(AppendBatch& b, BatchIds& ids, MDB_dbi dbi) {
-    MDB_cursor* cur = nullptr;
-    if (int rc = mdb_cursor_open(b.txn, dbi, &cur); rc != 0) return cursor_error(b.impl, cur, rc);
+    ScopedCursor cur;
+    if (int rc = cur.open(b.txn, dbi); rc != 0)
+        return std::unexpected(b.impl.error(rc, append_what));
     for (BatchIds::Slot& slot : ids.by_key) {
         if (slot.seen) continue;
-        const std::string_view key = ids.key(slot.row);
+        const std::string_view key = slot.key.view();
         MDB_val k = val(key), v;
-        const int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        const int rc = mdb_cursor_get(cur.get(), &k, &v, MDB_SET_RANGE);
         if (rc == MDB_NOTFOUND) break;  // every key from here on is above the generation's last
-        if (rc != 0) return cursor_error(b.impl, cur, rc);
+        if (rc != 0) return std::unexpected(b.impl.error(rc, append_what));
         if (view(k) == key) slot.seen = true;
     }
-    mdb_cursor_close(cur);
     return {};
 }
 
@@ -92,19 +108,17 @@ StoreResult<void> look_up_ids(AppendBatch& b, BatchIds& ids, MDB_dbi dbi) {
 // before it were put).
 StoreResult<BatchIds> dedupe_ids(AppendBatch& b, std::span<const OutboxRow> rows) {
     BatchIds ids;
-    ids.keys.reserve(rows.size() * id_key_bytes);
     ids.by_key.resize(rows.size());
     for (uint32_t i = 0; i < rows.size(); ++i) {
-        append_id_key(ids.keys, rows[i]);
+        ids.by_key[i].key = id_key(rows[i]);
         ids.by_key[i].row = i;
     }
-    TM_ASSERT(ids.keys.size() == rows.size() * id_key_bytes);
-    std::sort(ids.by_key.begin(), ids.by_key.end(), [&](const auto& x, const auto& y) {
-        const int c = ids.key(x.row).compare(ids.key(y.row));
+    std::sort(ids.by_key.begin(), ids.by_key.end(), [](const auto& x, const auto& y) {
+        const auto c = x.key <=> y.key;
         return c < 0 || (c == 0 && x.row < y.row);
     });
     for (size_t i = 1; i < ids.by_key.size(); ++i)
-        ids.by_key[i].seen = ids.key(ids.by_key[i].row) == ids.key(ids.by_key[i - 1].row);
+        ids.by_key[i].seen = ids.by_key[i].key == ids.by_key[i - 1].key;
     const MDB_dbi generations[] = {b.ids.current, b.ids.older};
     const size_t looked_in = b.ids.older_below == 0 ? 1 : 2;  // 0: the older one is empty
     for (size_t g = 0; g < looked_in; ++g) {
@@ -128,20 +142,35 @@ StoreResult<BatchIds> dedupe_ids(AppendBatch& b, std::span<const OutboxRow> rows
 // Puts the appended rows' ids (key -> seq) into the current generation, in key order through one
 // cursor. The id stays known even if its row was compacted or dropped: a regenerated emission
 // after a crash is recognised either way.
+//
+// When every new key sorts after the generation's last one (results of windows that end after
+// every one indexed so far: a stream of results in window-end order), they go in with
+// MDB_APPEND: no search for each key's place, and a full page splits at its end, so the index's
+// pages fill instead of being left half empty. Otherwise (a backfill's old windows after live
+// ones' newer ones, or windows out of order) ordinary puts. Either way a key already there is
+// refused (MDB_APPEND refuses any key not above the last: MDB_KEYEXIST): dedupe_ids found none
+// of them, so one would be a bug, and fails the batch.
 StoreResult<void> put_ids(AppendBatch& b, const BatchIds& ids) {
-    MDB_cursor* cur = nullptr;
-    if (int rc = mdb_cursor_open(b.txn, b.ids.current, &cur); rc != 0)
-        return cursor_error(b.impl, cur, rc);
-    for (const BatchIds::Slot& slot : ids.by_key) {
-        if (slot.seen) continue;
-        TM_ASSERT(slot.seq >= b.batch_seq_first);
-        const std::string seq_key = u64_key(slot.seq);
-        MDB_val k = val(ids.key(slot.row)), v = val(seq_key);
-        // MDB_NOOVERWRITE: dedupe_ids found none of these keys; an existing one is a bug.
-        if (int rc = mdb_cursor_put(cur, &k, &v, MDB_NOOVERWRITE); rc != 0)
-            return cursor_error(b.impl, cur, rc);
+    const auto first_new = std::find_if(ids.by_key.begin(), ids.by_key.end(),
+                                        [](const BatchIds::Slot& s) { return !s.seen; });
+    if (first_new == ids.by_key.end()) return {};
+    ScopedCursor cur;
+    if (int rc = cur.open(b.txn, b.ids.current); rc != 0)
+        return std::unexpected(b.impl.error(rc, append_what));
+    MDB_val last_k, last_v;
+    const int last = mdb_cursor_get(cur.get(), &last_k, &last_v, MDB_LAST);
+    if (last != 0 && last != MDB_NOTFOUND) return std::unexpected(b.impl.error(last, append_what));
+    // std::string_view compares as memcmp, then the shorter first: LMDB's default order.
+    const bool after_last = last == MDB_NOTFOUND || view(last_k) < first_new->key.view();
+    const unsigned flags = after_last ? MDB_APPEND : MDB_NOOVERWRITE;
+    for (auto it = first_new; it != ids.by_key.end(); ++it) {
+        if (it->seen) continue;
+        TM_ASSERT(it->seq >= b.batch_seq_first);
+        const SeqKey seq = seq_key(it->seq);
+        MDB_val k = val(it->key.view()), v = val(seq.view());
+        if (int rc = mdb_cursor_put(cur.get(), &k, &v, flags); rc != 0)
+            return std::unexpected(b.impl.error(rc, append_what));
     }
-    mdb_cursor_close(cur);
     return {};
 }
 
@@ -154,7 +183,7 @@ StoreResult<bool> compact_superseded(AppendBatch& b, const OutboxRow& row, std::
     OutboxRow old;
     bool old_unsent = false;
     if (old_seq != 0 && old_seq >= b.claimed) {
-        auto ov = b.impl.get(b.txn, b.impl.outbox, u64_key(old_seq), append_what);
+        auto ov = b.impl.get(b.txn, b.impl.outbox, seq_key(old_seq).view(), append_what);
         if (!ov) return std::unexpected(ov.error());
         old_unsent = *ov && decode_outbox_row(**ov, old_seq, old);
     }
@@ -202,7 +231,7 @@ StoreResult<void> replace_health_row(AppendBatch& b, std::string_view wkey) {
 StoreResult<uint64_t> append_row(AppendBatch& b, const OutboxRow& row) {
     Store::Impl& impl = b.impl;
     const uint64_t seq = b.counters.seq_next++;
-    const std::string seq_key = u64_key(seq);
+    const SeqKey key = seq_key(seq);
     // The index's readers: a health row's replacement, always; compaction, when on.
     std::optional<std::string> wkey;
     if (row.health_record || b.options.compact_superseded) wkey = window_key(row);
@@ -215,12 +244,16 @@ StoreResult<uint64_t> append_row(AppendBatch& b, const OutboxRow& row) {
         if (!*write_row) return seq;
     }
     encode_outbox_row(row, b.value);
-    if (auto p = impl.put(b.txn, impl.outbox, seq_key, b.value, MDB_APPEND, append_what); !p)
-        return std::unexpected(p.error());
+    // MDB_APPEND: seqs only grow, so each row goes after the last (a smaller seq, a bug, is
+    // refused with MDB_KEYEXIST). Through the batch's cursor, which compact_superseded's and
+    // replace_health_row's deletes leave valid (LMDB fixes up a transaction's open cursors).
+    MDB_val k = val(key.view()), v = val(b.value);
+    if (int rc = mdb_cursor_put(b.rows_cursor, &k, &v, MDB_APPEND); rc != 0)
+        return std::unexpected(impl.error(rc, append_what));
     b.counters.bytes += b.value.size() + row_key_bytes;
     ++b.result.appended;
     if (wkey) {
-        if (auto p = impl.put(b.txn, impl.windows, *wkey, seq_key, 0, append_what); !p)
+        if (auto p = impl.put(b.txn, impl.windows, *wkey, key.view(), 0, append_what); !p)
             return std::unexpected(p.error());
     }
     return seq;
@@ -229,28 +262,21 @@ StoreResult<uint64_t> append_row(AppendBatch& b, const OutboxRow& row) {
 // when_full = drop_oldest: deletes the oldest rows, sent or not, until the outbox is within
 // outbox_bytes_max. Rows of this batch may go too (then they count as dropped, not appended).
 StoreResult<void> drop_oldest(AppendBatch& b) {
-    MDB_cursor* cur;
-    if (int rc = mdb_cursor_open(b.txn, b.impl.outbox, &cur); rc != 0)
+    ScopedCursor cur;
+    if (int rc = cur.open(b.txn, b.impl.outbox); rc != 0)
         return std::unexpected(b.impl.error(rc, append_what));
     while (b.counters.bytes > b.options.outbox_bytes_max) {
         MDB_val k, v;
-        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        int rc = mdb_cursor_get(cur.get(), &k, &v, MDB_FIRST);
         if (rc == MDB_NOTFOUND) break;
-        if (rc != 0) {
-            mdb_cursor_close(cur);
-            return std::unexpected(b.impl.error(rc, append_what));
-        }
+        if (rc != 0) return std::unexpected(b.impl.error(rc, append_what));
         const uint64_t seq = u64_of_key(view(k));
         auto removed = b.impl.remove_outbox_row(b.txn, seq, append_what);
-        if (!removed) {
-            mdb_cursor_close(cur);
-            return std::unexpected(removed.error());
-        }
+        if (!removed) return std::unexpected(removed.error());
         b.counters.bytes -= *removed;
         ++b.result.dropped;
         if (seq >= b.batch_seq_first) --b.result.appended;
     }
-    mdb_cursor_close(cur);
     return {};
 }
 
@@ -291,15 +317,22 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
                           AppendResult{},  {}};
             auto ids = dedupe_ids(b, rows);
             if (!ids) return std::unexpected(ids.error());
-            for (uint32_t i = 0; i < rows.size(); ++i) {
-                BatchIds::Slot& slot = ids->by_key[ids->slot_of_row[i]];
-                if (slot.seen) {
-                    ++b.result.duplicates_skipped;
-                    continue;
+            {
+                ScopedCursor rows_cursor;
+                if (int rc = rows_cursor.open(txn, impl_->outbox); rc != 0)
+                    return std::unexpected(impl_->error(rc, append_what));
+                b.rows_cursor = rows_cursor.get();
+                for (uint32_t i = 0; i < rows.size(); ++i) {
+                    BatchIds::Slot& slot = ids->by_key[ids->slot_of_row[i]];
+                    if (slot.seen) {
+                        ++b.result.duplicates_skipped;
+                        continue;
+                    }
+                    auto seq = append_row(b, rows[i]);
+                    if (!seq) return std::unexpected(seq.error());
+                    slot.seq = *seq;
                 }
-                auto seq = append_row(b, rows[i]);
-                if (!seq) return std::unexpected(seq.error());
-                slot.seq = *seq;
+                b.rows_cursor = nullptr;
             }
             if (auto p = put_ids(b, *ids); !p) return std::unexpected(p.error());
             if (auto e = enforce_bound(b); !e) {

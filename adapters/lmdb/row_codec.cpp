@@ -1,5 +1,8 @@
 #include "adapters/lmdb/row_codec.h"
 
+#include <bit>
+#include <cstring>
+
 #include "adapters/lmdb/store.h"
 #include "core/bytes.h"
 
@@ -38,12 +41,22 @@ bool known_emission_kind(uint32_t kind) {
            kind == version_record_kind || kind == health_record_kind || kind == late_record_kind;
 }
 
+// Big-endian: put_i64_sortable's bytes for v ^ sign_bit, without a string.
+void put_u64_key(unsigned char* out, uint64_t v) {
+    if constexpr (std::endian::native == std::endian::little) v = std::byteswap(v);
+    std::memcpy(out, &v, 8);
+}
+
 }  // namespace
 
+SeqKey seq_key(uint64_t v) {
+    SeqKey k;
+    put_u64_key(k.bytes.data(), v);
+    return k;
+}
+
 std::string u64_key(uint64_t v) {
-    std::string out;
-    bytes::put_i64_sortable(out, static_cast<int64_t>(v ^ sign_bit));
-    return out;
+    return std::string(seq_key(v).view());
 }
 
 uint64_t u64_of_key(std::string_view key) {
@@ -126,16 +139,12 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {
     return in.empty();
 }
 
-std::string id_key(const OutboxRow& row) {
-    std::string k;
-    k.reserve(id_key_bytes);
-    append_id_key(k, row);
+IdKey id_key(const OutboxRow& row) {
+    IdKey k;
+    // put_i64_sortable(window_end_ms), then u64_key(id)
+    put_u64_key(k.bytes.data(), static_cast<uint64_t>(row.window_end_ms) ^ sign_bit);
+    put_u64_key(k.bytes.data() + 8, row.id);
     return k;
-}
-
-void append_id_key(std::string& out, const OutboxRow& row) {
-    bytes::put_i64_sortable(out, row.window_end_ms);
-    bytes::put_i64_sortable(out, static_cast<int64_t>(row.id ^ sign_bit));  // u64_key(row.id)
 }
 
 std::optional<std::string> window_key(const OutboxRow& row) {

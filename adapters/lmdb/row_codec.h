@@ -9,8 +9,11 @@
 // too, and said beside its encoder.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <compare>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,7 +25,40 @@ namespace tidemark::lmdb::detail {
 
 using core::bytes::get_str;
 
+/// A key of fixed size, built in place: an append builds a seq key and an id key for every row
+/// (issue 31), and neither allocates. Ordered as LMDB orders keys (memcmp), compared 8 bytes at
+/// a time (a batch's ids are sorted: a byte at a time was a fifth of an append's instructions).
+template <size_t N>
+struct FixedKey {
+    static_assert(N % 8 == 0);
+    std::array<unsigned char, N> bytes{};
+
+    std::string_view view() const {
+        return std::string_view(reinterpret_cast<const char*>(bytes.data()), N);
+    }
+    std::strong_ordering operator<=>(const FixedKey& o) const {
+        for (size_t i = 0; i < N; i += 8) {
+            const uint64_t x = word(i), y = o.word(i);
+            if (x != y) return x <=> y;
+        }
+        return std::strong_ordering::equal;
+    }
+    bool operator==(const FixedKey&) const = default;
+
+  private:
+    // The big-endian word at byte i: numeric order is the bytes' order.
+    uint64_t word(size_t i) const {
+        uint64_t w;
+        std::memcpy(&w, bytes.data() + i, 8);
+        if constexpr (std::endian::native == std::endian::little) w = std::byteswap(w);
+        return w;
+    }
+};
+
 /// Seq and id keys: 8 bytes big-endian.
+using SeqKey = FixedKey<8>;
+SeqKey seq_key(uint64_t v);
+/// seq_key's bytes as a string.
 std::string u64_key(uint64_t v);
 /// The inverse of u64_key; the key must be 8 bytes (asserted: the store writes no other).
 uint64_t u64_of_key(std::string_view key);
@@ -41,10 +77,8 @@ bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 /// by the id alone (a hash, up to format 7) each one dirtied its own page of a tree that grows
 /// with every row until a checkpoint prunes it (issue 31). The id is a hash of the window among
 /// the rest, so one id has one window end and one key.
-std::string id_key(const OutboxRow& row);
-/// id_key's bytes appended to out; always id_key_bytes of them.
-void append_id_key(std::string& out, const OutboxRow& row);
-inline constexpr size_t id_key_bytes = 16;
+using IdKey = FixedKey<16>;
+IdKey id_key(const OutboxRow& row);
 
 /// The compaction index key of a row: pipeline, version, key, window; for a health row one key
 /// of its own (every health row shares it). nullopt for a version record and when it would

@@ -58,7 +58,6 @@ Result<size_t> BackfillRun::step(uint64_t end, size_t records_max, int64_t deadl
     since_ms_ = std::min(since_ms_, processor_->min_event_ms(0));
     if (started_ms_ == 0) started_ms_ = t0;
     records_ += n;
-    busy_ms_ += clock.steady_ms() - t0;
     return n;
 }
 

@@ -53,9 +53,17 @@ class BackfillRun {
     void set_resumed(bool resumed) { resumed_ = resumed; }
     /// The offset it started from in this process.
     uint64_t first_offset() const { return first_offset_; }
-    /// Records read by this process, and the steady time spent reading them.
+    /// Records read by this process.
     uint64_t records() const { return records_; }
+    /// The host's account of a slice: its steady time (reading and committing what it read)
+    /// and the engine thread's CPU time in it.
+    void add_slice(int64_t busy_ms, int64_t cpu_us) {
+        busy_ms_ += busy_ms;
+        cpu_us_ += cpu_us;
+    }
+    /// The sums of add_slice's figures.
     int64_t busy_ms() const { return busy_ms_; }
+    int64_t cpu_us() const { return cpu_us_; }
 
   private:
     BackfillRun() = default;
@@ -72,6 +80,7 @@ class BackfillRun {
     uint64_t first_offset_ = 0;
     uint64_t records_ = 0;
     int64_t busy_ms_ = 0;
+    int64_t cpu_us_ = 0;
     bool resumed_ = false;
 };
 

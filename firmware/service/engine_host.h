@@ -45,6 +45,10 @@ inline constexpr uint64_t recovery_flush_records = 4096;
 /// two generations of ~0.26 M ids (~30 MB), one checkpoint per ~0.3 s of a fast replay.
 inline constexpr uint64_t recovery_checkpoint_rows = uint64_t{1} << 18;
 
+/// A backfill slice reads for at most backfill.max_live_delay / this (20 ms at the default
+/// 200 ms): a live record arriving during a slice waits for the rest of it and its commit.
+inline constexpr int backfill_read_slices_per_live_delay = 10;
+
 /// What the last checkpoints took, for health.
 struct CheckpointStats {
     uint64_t count = 0;       // committed by this process
@@ -61,7 +65,8 @@ struct BackfillFigures {
     uint64_t end_offset = 0;        // the live position it catches up with
     uint64_t records = 0;           // read by this process
     double records_per_s = 0;       // over the wall time since it started in this process
-    double busy_records_per_s = 0;  // over the time its slices took
+    double busy_records_per_s = 0;  // over the time its slices took: reading and committing
+    double cpu_records_per_s = 0;   // over the engine thread's CPU time in its slices
     double eta_s = -1;              // at the current share; -1 unknown
 };
 
@@ -111,8 +116,9 @@ class EngineHost {
     /// Processes at most `records_max` records (up to the durable end, or the written end when
     /// draining on shutdown) and commits their emissions. Returns records processed.
     Result<size_t> step(size_t records_max, bool drain);
-    /// Backfill work within the share (a token bucket over steady time, each slice at most
-    /// max_live_delay); a run that reaches the live position switches. Returns records read.
+    /// Backfill work within the share (a token bucket: max_share of the steady time in, each
+    /// slice's CPU time out; a slice at most max_live_delay, reading at most a tenth of it); a
+    /// run that reaches the live position switches. Returns records read.
     Result<size_t> backfill_step(size_t records_max);
     bool backfilling() const { return !backfills_.empty(); }
     /// Applies another config's pipelines and backfill settings: a checkpoint, then every

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "firmware/service/engine_host.h"
 
@@ -41,25 +42,35 @@ uint64_t EngineHost::retention_offset() const {
 Result<size_t> EngineHost::backfill_step(size_t records_max) {
     const int64_t now = clock_.steady_ms();
     if (backfill_refill_ms_ == 0) backfill_refill_ms_ = now;
-    const double slice_max_ms = static_cast<double>(config_.backfill.max_live_delay_ms);
+    const double live_delay_ms = static_cast<double>(config_.backfill.max_live_delay_ms);
+    // The share is of one core's time (DESIGN.md section 4): the credit grows by max_share of
+    // the steady time, and a slice is charged the engine thread's CPU time, so that time the
+    // thread spends blocked (the commit's fsync, asleep) is not counted against it.
     backfill_credit_ms_ = std::min(
-        slice_max_ms, backfill_credit_ms_ + static_cast<double>(now - backfill_refill_ms_) *
-                                                config_.backfill.max_share);
+        live_delay_ms, backfill_credit_ms_ + static_cast<double>(now - backfill_refill_ms_) *
+                                                 config_.backfill.max_share);
     backfill_refill_ms_ = now;
     if (backfills_.empty() || !sink_->rows.empty() || backfill_credit_ms_ < 1 ||
         now < backfill_resume_ms_)
         return 0;
     BackfillRun& run = *backfills_.front();
+    const int64_t cpu_start_us = clock_.thread_cpu_us();
     // A slice is reading, then committing what it emitted (an outbox transaction with its
-    // fsync): both are charged to the share, and the reading part gets the fraction of the
-    // budget that reading took in earlier slices, so that the whole slice stays within it.
-    const double read_ms = std::max(1.0, backfill_credit_ms_ * backfill_read_fraction_);
+    // fsync): both are charged to the share (their CPU time), and the reading part gets the
+    // fraction of the credit that reading took in earlier slices, so that the whole slice stays
+    // within it. It reads for at most a tenth of max_live_delay: a live record that arrives during
+    // a slice waits for all of it, and a slice as long as the credit allows (up to max_live_delay)
+    // delayed live records by its whole length (issue 31).
+    const double read_ms = std::max(
+        1.0, std::min(backfill_credit_ms_ * backfill_read_fraction_,
+                      live_delay_ms / static_cast<double>(backfill_read_slices_per_live_delay)));
     auto n = run.step(consumed_offset_, records_max, now + static_cast<int64_t>(read_ms), clock_);
     if (!n) return std::unexpected(n.error());
     const int64_t read_end = clock_.steady_ms();
-    for (lmdb::OutboxRow& row : run.sink().rows)
-        sink_->rows.push_back(std::move(row));
-    run.sink().rows.clear();
+    // The live sink holds no rows (checked above): the run's become its rows whole, none moved
+    // one by one, and the run keeps the live sink's empty vector with its capacity.
+    TM_ASSERT(sink_->rows.empty());
+    std::swap(sink_->rows, run.sink().rows);
     // Side output of history is not kept: the side store dedupes by log position, which the
     // live version has passed (counted as too_late all the same).
     run.sink().side.clear();
@@ -71,7 +82,9 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     }
     backfill_wait_ms_ = 0;
     const int64_t slice_end = clock_.steady_ms();
-    backfill_credit_ms_ -= static_cast<double>(slice_end - now);
+    const int64_t slice_cpu_us = clock_.thread_cpu_us() - cpu_start_us;
+    backfill_credit_ms_ -= static_cast<double>(slice_cpu_us) / 1000.0;
+    run.add_slice(slice_end - now, slice_cpu_us);
     if (slice_end > now)
         backfill_read_fraction_ =
             std::clamp(0.7 * backfill_read_fraction_ + 0.3 * static_cast<double>(read_end - now) /

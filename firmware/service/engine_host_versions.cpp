@@ -308,6 +308,9 @@ std::vector<BackfillFigures> EngineHost::backfill_figures() const {
         if (run->busy_ms() > 0)
             f.busy_records_per_s =
                 static_cast<double>(run->records()) * 1000.0 / static_cast<double>(run->busy_ms());
+        if (run->cpu_us() > 0)
+            f.cpu_records_per_s =
+                static_cast<double>(run->records()) * 1e6 / static_cast<double>(run->cpu_us());
         out.push_back(std::move(f));
     }
     return out;

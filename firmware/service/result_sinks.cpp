@@ -11,8 +11,10 @@ namespace tidemark::firmware {
 BatchSink::BatchSink(const config::Config& config)
     : config_(config), aggregate_names_(aggregate_names(config)) {}
 
+// A row is built where it stays, in `rows` (a backfill emits hundreds of thousands a second:
+// issue 31), not built aside and moved in.
 void BatchSink::emit(const core::Emission& e) {
-    lmdb::OutboxRow row;
+    lmdb::OutboxRow& row = rows.emplace_back();
     row.id = e.id;
     row.pipeline = config_.pipelines[e.pipeline].spec.name;
     row.version = config_.pipelines[e.pipeline].spec.version;
@@ -27,12 +29,11 @@ void BatchSink::emit(const core::Emission& e) {
         config_.pipelines[e.pipeline].spec.late.corrections == core::Corrections::retract;
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
                          row.payload, config_.pipelines[e.pipeline].spec.version);
-    rows.push_back(std::move(row));
 }
 
 void BatchSink::late_report(const core::LateReport& r) {
     const core::PipelineSpec& spec = config_.pipelines[r.pipeline].spec;
-    lmdb::OutboxRow row;
+    lmdb::OutboxRow& row = rows.emplace_back();
     row.id = r.id;
     row.pipeline = spec.name;
     row.version = spec.version;
@@ -43,7 +44,6 @@ void BatchSink::late_report(const core::LateReport& r) {
     row.late_record = true;
     row.late_since_ms = r.since_ms;
     codec::encode_late_report(config_.node_id, spec.name, spec.version, r, row.payload);
-    rows.push_back(std::move(row));
 }
 
 void BatchSink::side_output(const core::SideOutput& s) {

@@ -204,6 +204,61 @@ TEST_CASE("a batch's ids are deduplicated in any order: the first of a repeated 
     CHECK(s->outbox_stats()->duplicates_skipped == 8);
 }
 
+TEST_CASE("ids after the index's last key and ids before it are put and deduplicated alike",
+          "[lmdb][outbox]") {
+    // put_ids appends a batch's ids (MDB_APPEND) when every new key (window end, id) sorts after
+    // the index's last, and puts them one by one otherwise: a batch of older windows, or one that
+    // mixes older and newer ones. Each path must keep every id, and only the new ones.
+    TempDir tmp;
+    auto o = options(tmp.store());
+    o.compact_superseded = false;  // the config's default: results as a backfill appends them
+    std::vector<OutboxRow> all;
+    auto batch = [&](std::vector<OutboxRow> rows) {
+        all.insert(all.end(), rows.begin(), rows.end());
+        return rows;
+    };
+    {
+        auto s = open_store(o);
+        // The first batch, into an empty index; then one wholly after it (appended).
+        CHECK(append(*s, batch({row(10, "a", 0, 0, k_final), row(11, "b", 0, 0, k_final)}))
+                  .appended == 2);
+        CHECK(append(*s, batch({row(12, "a", 60000, 0, k_final), row(5, "b", 60000, 0, k_final)}))
+                  .appended == 2);
+        // Keys before the last one (window end 60 s, id 12): an older window, a lower id in
+        // the last window, a newer window, and a repeat of an id already known.
+        auto mixed = append(*s, {row(3, "c", 0, 0, k_final), row(7, "c", 60000, 0, k_final),
+                                 row(20, "c", 120000, 0, k_final), row(11, "b", 0, 0, k_final)});
+        CHECK(mixed.appended == 3);
+        CHECK(mixed.duplicates_skipped == 1);
+        all.push_back(row(3, "c", 0, 0, k_final));
+        all.push_back(row(7, "c", 60000, 0, k_final));
+        all.push_back(row(20, "c", 120000, 0, k_final));
+        // After it again (appended), with a repeat inside the batch: the first is kept.
+        auto after = append(*s, {row(30, "d", 180000, 0, k_final, R"({"first":30})"),
+                                 row(30, "d", 180000, 0, k_final, R"({"second":30})"),
+                                 row(31, "d", 180000, 0, k_final)});
+        CHECK(after.appended == 2);
+        CHECK(after.duplicates_skipped == 1);
+        all.push_back(row(30, "d", 180000, 0, k_final, R"({"first":30})"));
+        all.push_back(row(31, "d", 180000, 0, k_final));
+        CHECK(ids_of(*s) == std::vector<uint64_t>{10, 11, 12, 5, 3, 7, 20, 30, 31});
+        CHECK(s->outbox_peek(0, 100).value()[7].payload == R"({"first":30})");
+        // Every id is known, whichever way it went in.
+        auto again = append(*s, all);
+        CHECK(again.appended == 0);
+        CHECK(again.duplicates_skipped == all.size());
+    }
+    // And after a reopen: the index LMDB holds is in order (a key put out of order by
+    // MDB_APPEND would not be found by the lookup).
+    auto s = open_store(o);
+    for (const OutboxRow& r : all) {
+        auto one = append(*s, {r});
+        CHECK(one.duplicates_skipped == 1);
+    }
+    CHECK(append(*s, {row(4, "e", 0, 0, k_final)}).appended == 1);  // new, before the last key
+    CHECK(s->outbox_stats()->seq_next == 11);
+}
+
 TEST_CASE("without compaction, appends write no compaction index but the health row's",
           "[lmdb][outbox]") {
     // Nothing reads a result's entry when compaction is off: a store opened again claims every
