@@ -106,6 +106,18 @@ size_t state_entries_of(Host& h, const std::string& pipeline) {
     return n;
 }
 
+// The results of records [0, records) read in one pass, no crash, then checkpointed: what every
+// run over the same records must leave in the outbox.
+std::map<uint64_t, std::string> one_pass_results(int records) {
+    TempDir dir;
+    Host h(config_for(dir.path()));
+    h.recover();
+    h.append(0, records);
+    h.step_all(true);
+    REQUIRE(h.host->checkpoint());
+    return h.results();
+}
+
 }  // namespace
 
 TEST_CASE("the engine host reads only durable records unless it drains", "[engine_host]") {
@@ -151,16 +163,7 @@ TEST_CASE("a checkpoint records where the engine was; recovery replays only what
 
 TEST_CASE("results committed after the last checkpoint are in the outbox once after a crash",
           "[engine_host]") {
-    TempDir one_pass_dir;
-    std::map<uint64_t, std::string> one_pass;
-    {
-        Host h(config_for(one_pass_dir.path()));
-        h.recover();
-        h.append(0, 2000);
-        h.step_all(true);
-        REQUIRE(h.host->checkpoint());
-        one_pass = h.results();
-    }
+    const std::map<uint64_t, std::string> one_pass = one_pass_results(2000);
     REQUIRE(one_pass.size() > 100);
 
     // The same records; the process dies after it committed results it never checkpointed,
@@ -199,16 +202,7 @@ TEST_CASE("results committed after the last checkpoint are in the outbox once af
 // checkpoints every recovery_checkpoint_rows results, which changes no result.
 TEST_CASE("a long recovery checkpoints as it goes; a crash after it duplicates nothing",
           "[engine_host]") {
-    TempDir one_pass_dir;
-    std::map<uint64_t, std::string> one_pass;
-    {
-        Host h(config_for(one_pass_dir.path()));
-        h.recover();
-        h.append(0, 20'000);
-        h.step_all(true);
-        REQUIRE(h.host->checkpoint());
-        one_pass = h.results();
-    }
+    const std::map<uint64_t, std::string> one_pass = one_pass_results(20'000);
     REQUIRE(one_pass.size() > 1500);
 
     TempDir dir;
