@@ -70,10 +70,9 @@ nlohmann::json pipeline(const std::string& name, const std::string& window_size)
 // The rig's config with every result kept in the outbox (a compacted update would be missing
 // upstream but present in the replay). A slow backfill: 0.5% of the time in 1 ms slices (a
 // backfill gathers its share while idle, up to one slice, so the slice bounds its first burst
-// too: at the default 200 ms, 30000 records went in one burst). Each slice is charged its read
-// and its commit's fsync, so the pace is set by the disk's fsync latency, not the engine: at
-// 0.2% it read 380 records a second here at load 3 (the kill case took 173 s of its 200) and
-// 155-170 beside other builds, where both cases below ran past their waits.
+// too: at the default 200 ms, 30000 records went in one burst). A slice is charged the engine
+// thread's CPU time (not its commit's fsync), so the pace follows the engine's speed: per 0.1%
+// of share, about 900 records a second on the development machine and 2,100 in CI.
 nlohmann::json base(const Rig& rig, bool slow_backfill) {
     auto cfg = rig.config();
     cfg["upstream"]["compact_superseded"] = false;
@@ -757,7 +756,11 @@ TEST_CASE("kill -9 during a backfill: the restart resumes it and ends with repla
     Timer timer{"kill -9 during a backfill"};
     Rig rig("bfkill", {}, {});
     Upstream up(rig);
+    // The share is charged by the engine thread's CPU time, so the pace is the engine's, not the
+    // disk's: at 0.5% a backfill read 10,500 records a second in CI and had all but finished at
+    // the kill. 0.1% here (900-2,100 a second), and after the kill 0.02% (a fifth of that).
     auto old_cfg = base(rig, true);
+    old_cfg["backfill"]["max_share"] = 0.001;
     old_cfg["pipelines"] = {pipeline("p", "5s")};
     rig.start(old_cfg);
     const std::string old_path = write_config(rig.dir.path(), "old.json", old_cfg);
@@ -788,8 +791,6 @@ TEST_CASE("kill -9 during a backfill: the restart resumes it and ends with repla
     const std::string new_path = write_config(rig.dir.path(), "new.json", new_cfg);
     rewrite_config(rig, new_cfg);
     sighup(rig);
-    // The pace is the disk's (base()): 7,300 records a second here, 79 in CI beside
-    // power_loss_copy_test, where 3000 records took longer than 30 s.
     const auto progress = rig.wait_health(
         [](const nlohmann::json& x) {
             return backfill_state(x, "p") == "running" &&
@@ -805,6 +806,11 @@ TEST_CASE("kill -9 during a backfill: the restart resumes it and ends with repla
     rig.daemon->kill9();
     const int64_t kill_ms = now_ms();
     const size_t old_before_restart = payloads_dedup(results_of(seen(up), "p", old_version)).size();
+    // Slower after the restart, so that the old version's live windows close before the switch
+    // (the backfill's settings make no new version).
+    auto slow_cfg = new_cfg;
+    slow_cfg["backfill"]["max_share"] = 0.0002;
+    rewrite_config(rig, slow_cfg);
     restart(rig);
 
     // The first backfill figures after the restart: resumed from the checkpoint, not from the
