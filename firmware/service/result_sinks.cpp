@@ -27,8 +27,12 @@ void BatchSink::emit(const core::Emission& e) {
     row.after_retract =
         e.kind == core::EmissionKind::update &&
         config_.pipelines[e.pipeline].spec.late.corrections == core::Corrections::retract;
+    // Encoded into the sink's buffer, then copied once at its length: built in the row's own
+    // new string, the payload grew through four or five reallocations (issue 31: half of a
+    // backfill's result encoding was malloc, against replay's one reused line).
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
-                         row.payload, config_.pipelines[e.pipeline].spec.version);
+                         encoded_, config_.pipelines[e.pipeline].spec.version);
+    row.payload.assign(encoded_);
 }
 
 void BatchSink::late_report(const core::LateReport& r) {

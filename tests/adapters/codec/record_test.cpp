@@ -74,6 +74,23 @@ TEST_CASE("values: null for no value and non-finite, integers as integers", "[co
     CHECK(parsed["values"]["f"].get<double>() == 9007199254740994.0);
 }
 
+TEST_CASE("a JSON string: plain runs whole, escapes and UTF-8 between them", "[codec]") {
+    const auto quoted = [](std::string_view s) {
+        std::string out = "x";  // appended to, not replaced
+        codec::append_json_string(out, s);
+        return out;
+    };
+    CHECK(quoted("") == R"(x"")");
+    CHECK(quoted("plain text / 0-9 ~\x7f") == "x\"plain text / 0-9 ~\x7f\"");
+    // A run before, between and after each kind of character that is not copied as it is.
+    CHECK(quoted("ab\"cd\\ef\tgh") == R"(x"ab\"cd\\ef\u0009gh")");
+    CHECK(quoted("caf\xc3\xa9 \xe2\x82\xac" "1") == "x\"caf\xc3\xa9 \xe2\x82\xac" "1\"");
+    CHECK(quoted("a\xff" "b\xc3") == R"(x"a\ufffdb\ufffd")");
+    CHECK(quoted(std::string(300, 'k') + "\n") == "x\"" + std::string(300, 'k') + "\\u000a\"");
+    const std::string mixed = "k\"\\\x01\x1f \x7f\xc3\xa9z";
+    CHECK(nlohmann::json::parse(quoted(mixed).substr(1)).get<std::string>() == mixed);
+}
+
 TEST_CASE("a result survives a round trip through a JSON parser", "[codec]") {
     core::Emission e = design_emission();
     e.kind = core::EmissionKind::update;
