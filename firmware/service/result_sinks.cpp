@@ -30,8 +30,8 @@ void BatchSink::emit(const core::Emission& e) {
     // Encoded into the sink's buffer, then copied once at its length: built in the row's own
     // new string, the payload grew through four or five reallocations (issue 31: over a quarter
     // of a backfill's result encoding was malloc and free, against replay's one reused line).
-    codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
-                         encoded_, config_.pipelines[e.pipeline].spec.version);
+    codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e, encoded_,
+                         config_.pipelines[e.pipeline].spec.version);
     row.payload.assign(encoded_);
 }
 

@@ -84,8 +84,9 @@ TEST_CASE("a JSON string: plain runs whole, escapes and UTF-8 between them", "[c
     CHECK(quoted("plain text / 0-9 ~\x7f") == "x\"plain text / 0-9 ~\x7f\"");
     // A run before, between and after each kind of character that is not copied as it is.
     CHECK(quoted("ab\"cd\\ef\tgh") == R"(x"ab\"cd\\ef\u0009gh")");
-    CHECK(quoted("caf\xc3\xa9 \xe2\x82\xac" "1") == "x\"caf\xc3\xa9 \xe2\x82\xac" "1\"");
-    CHECK(quoted("a\xff" "b\xc3") == R"(x"a\ufffdb\ufffd")");
+    CHECK(quoted("caf\xc3\xa9 \xe2\x82\xac\x31") ==
+          "x\"caf\xc3\xa9 \xe2\x82\xac\x31\"");                // \x31: '1'
+    CHECK(quoted("a\xff\x62\xc3") == R"(x"a\ufffdb\ufffd")");  // \x62: 'b'
     CHECK(quoted(std::string(300, 'k') + "\n") == "x\"" + std::string(300, 'k') + "\\u000a\"");
     const std::string mixed = "k\"\\\x01\x1f \x7f\xc3\xa9z";
     CHECK(nlohmann::json::parse(quoted(mixed).substr(1)).get<std::string>() == mixed);
