@@ -257,8 +257,11 @@ void AggregateSet::plan_simple() {
 AggregateState AggregateSet::make() const {
     AggregateState state;
     state.values.assign(slots_, 0.0);
-    state.sketches.reserve(static_cast<size_t>(
-        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; })));
+    const auto sketches = static_cast<size_t>(
+        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
+    if (sketches > 0)
+        state.sketches.assign(sketches,
+                              QuantileSketch(quantile_.relative_error, quantile_.buckets_max));
     for (size_t i = 0; i < specs_.size(); ++i) {
         double* slot = state.values.data() + offsets_[i];
         switch (specs_[i].fn) {
@@ -276,9 +279,6 @@ AggregateState AggregateSet::make() const {
                 break;
             case AggregateFn::last:
                 slot[0] = -infinity;
-                break;
-            case AggregateFn::quantile:
-                state.sketches.emplace_back(quantile_.relative_error, quantile_.buckets_max);
                 break;
             default:
                 break;
@@ -434,9 +434,8 @@ size_t AggregateSet::bytes_per_window() const {
     const size_t sketches = static_cast<size_t>(
         std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
     const size_t heap_slots = slots_ > SlotValues::inline_max ? slots_ : 0;
-    const size_t sketch_list = sketches > 0 ? sizeof(std::vector<QuantileSketch>) : 0;
     return sizeof(AggregateState) + heap_slots * sizeof(double) +
-           sketches * sizeof(QuantileSketch) + sketch_list;
+           sketches * sizeof(QuantileSketch) + SketchList::overhead_bytes(sketches);
 }
 
 void AggregateSet::encode(const AggregateState& state, std::string& out,

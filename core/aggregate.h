@@ -3,11 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/quantile.h"
@@ -115,53 +118,96 @@ class SlotValues {
 };
 
 /// The quantile sketches of one aggregate state: one pointer, null for the (common) pipelines
-/// without a quantile aggregate, so that their windows do not carry an empty vector each.
+/// without a quantile aggregate, so that their windows do not carry an empty list each.
+///
+/// Operation: the sketches sit in one heap block behind a small header that holds their count,
+/// so a window's sketch is one pointer away from the window and a new window allocates once
+/// (issue 31: a vector behind a pointer was two hops and two allocations, before the sketch's
+/// own buckets). Every state of one AggregateSet has the same number of sketches: a copy between
+/// two of them copies sketch by sketch into the block already there, keeping each sketch's
+/// bucket capacity (the engine copies into a scratch state).
+/// Concurrency: none; a plain value type.
 class SketchList {
   public:
     SketchList() = default;
     SketchList(const SketchList& other) { *this = other; }
-    SketchList(SketchList&& other) noexcept = default;
+    SketchList(SketchList&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
     SketchList& operator=(const SketchList& other) {
         if (this == &other) return *this;
-        if (!other.list_ || other.list_->empty()) {
-            if (list_) list_->clear();
-        } else if (list_) {
-            *list_ = *other.list_;  // keeps the capacity: the engine copies into a scratch state
+        if (size() == other.size()) {
+            std::copy(other.begin(), other.end(), begin());
         } else {
-            list_ = std::make_unique<std::vector<QuantileSketch>>(*other.list_);
+            release();
+            construct(other.size(), [&](QuantileSketch* at) {
+                std::uninitialized_copy(other.begin(), other.end(), at);
+            });
         }
         return *this;
     }
-    SketchList& operator=(SketchList&& other) noexcept = default;
+    SketchList& operator=(SketchList&& other) noexcept {
+        if (this != &other) {
+            release();
+            block_ = std::exchange(other.block_, nullptr);
+        }
+        return *this;
+    }
+    ~SketchList() { release(); }
 
-    size_t size() const { return list_ ? list_->size() : 0; }
+    /// n copies of `sketch`, in place of what the list held.
+    void assign(size_t n, const QuantileSketch& sketch) {
+        release();
+        construct(n, [&](QuantileSketch* at) { std::uninitialized_fill_n(at, n, sketch); });
+    }
+    size_t size() const { return block_ ? *reinterpret_cast<const size_t*>(block_) : 0; }
     bool empty() const { return size() == 0; }
-    QuantileSketch& operator[](size_t i) { return (*list_)[i]; }
-    const QuantileSketch& operator[](size_t i) const { return (*list_)[i]; }
-    QuantileSketch* begin() { return list_ ? list_->data() : nullptr; }
-    QuantileSketch* end() { return list_ ? list_->data() + list_->size() : nullptr; }
-    const QuantileSketch* begin() const { return list_ ? list_->data() : nullptr; }
-    const QuantileSketch* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
-    void reserve(size_t n) {
-        if (n == 0) return;
-        if (!list_) list_ = std::make_unique<std::vector<QuantileSketch>>();
-        list_->reserve(n);
-    }
-    void emplace_back(double relative_error, uint32_t buckets_max) {
-        if (!list_) list_ = std::make_unique<std::vector<QuantileSketch>>();
-        list_->emplace_back(relative_error, buckets_max);
-    }
-    /// Bytes on the heap besides the sketches' own (the list and its unused capacity).
-    size_t overhead_bytes() const {
-        return list_ ? sizeof(*list_) + (list_->capacity() - list_->size()) * sizeof(QuantileSketch)
-                     : 0;
-    }
+    QuantileSketch& operator[](size_t i) { return begin()[i]; }
+    const QuantileSketch& operator[](size_t i) const { return begin()[i]; }
+    QuantileSketch* begin() { return block_ ? sketches(block_) : nullptr; }
+    QuantileSketch* end() { return begin() + size(); }
+    const QuantileSketch* begin() const { return block_ ? sketches(block_) : nullptr; }
+    const QuantileSketch* end() const { return begin() + size(); }
+    /// Bytes on the heap besides the sketches' own (the block's header).
+    size_t overhead_bytes() const { return block_ ? header_bytes : 0; }
+    /// What a list of n sketches keeps besides them.
+    static size_t overhead_bytes(size_t n) { return n > 0 ? header_bytes : 0; }
     bool operator==(const SketchList& other) const {
         return size() == other.size() && std::equal(begin(), end(), other.begin());
     }
 
   private:
-    std::unique_ptr<std::vector<QuantileSketch>> list_;
+    // The count, then the sketches at their alignment.
+    static constexpr size_t header_bytes = std::max(sizeof(size_t), alignof(QuantileSketch));
+    static constexpr std::align_val_t block_alignment{
+        std::max(alignof(size_t), alignof(QuantileSketch))};
+
+    static QuantileSketch* sketches(std::byte* block) {
+        return std::launder(reinterpret_cast<QuantileSketch*>(block + header_bytes));
+    }
+    static const QuantileSketch* sketches(const std::byte* block) {
+        return std::launder(reinterpret_cast<const QuantileSketch*>(block + header_bytes));
+    }
+    // A block for n sketches, filled by `fill` (which constructs all n or throws).
+    template <class Fill>
+    void construct(size_t n, Fill fill) {
+        if (n == 0) return;
+        auto* block = static_cast<std::byte*>(
+            ::operator new(header_bytes + n * sizeof(QuantileSketch), block_alignment));
+        try {
+            fill(sketches(block));
+        } catch (...) {
+            ::operator delete(block, block_alignment);
+            throw;
+        }
+        *reinterpret_cast<size_t*>(block) = n;
+        block_ = block;
+    }
+    void release() {
+        if (!block_) return;
+        std::destroy_n(begin(), size());
+        ::operator delete(std::exchange(block_, nullptr), block_alignment);
+    }
+
+    std::byte* block_ = nullptr;
 };
 
 /// The state of every aggregate of one window (or slice, or session).

@@ -15,15 +15,16 @@ namespace {
 // reach it, and telemetry that small is noise around zero.
 constexpr double zero_magnitude_max = 1e-9;
 
-using Buckets = std::vector<std::pair<int32_t, uint64_t>>;
+using Buckets = QuantileBuckets;
 
 // Adds `n` to bucket `index`; true when a new bucket was opened. Growth is capped so that a
 // store never holds more than `capacity_max` slots (the collapse that follows trims the size).
 bool add_to(Buckets& buckets, int32_t index, uint64_t n, size_t capacity_max) {
-    auto it = std::lower_bound(buckets.begin(), buckets.end(), index,
-                               [](const auto& bucket, int32_t i) { return bucket.first < i; });
-    if (it != buckets.end() && it->first == index) {
-        it->second += n;
+    auto it =
+        std::lower_bound(buckets.begin(), buckets.end(), index,
+                         [](const QuantileBucket& bucket, int32_t i) { return bucket.index < i; });
+    if (it != buckets.end() && it->index == index) {
+        it->count += n;
         return false;
     }
     if (buckets.size() == buckets.capacity()) {
@@ -39,20 +40,20 @@ void merge_into(Buckets& into, const Buckets& from) {
     if (from.empty()) return;
     Buckets merged;
     merged.reserve(into.size() + from.size());
-    auto a = into.begin();
-    auto b = from.begin();
+    const QuantileBucket* a = into.begin();
+    const QuantileBucket* b = from.begin();
     while (a != into.end() || b != from.end()) {
-        if (b == from.end() || (a != into.end() && a->first < b->first)) {
+        if (b == from.end() || (a != into.end() && a->index < b->index)) {
             merged.push_back(*a++);
-        } else if (a == into.end() || b->first < a->first) {
+        } else if (a == into.end() || b->index < a->index) {
             merged.push_back(*b++);
         } else {
-            merged.emplace_back(a->first, a->second + b->second);
+            merged.push_back({a->index, a->count + b->count});
             ++a;
             ++b;
         }
     }
-    into.swap(merged);
+    into = std::move(merged);
 }
 
 void encode_buckets(std::string& out, const Buckets& buckets) {
@@ -77,10 +78,10 @@ bool decode_buckets(std::string_view& in, Buckets& buckets, uint32_t buckets_max
         uint64_t n = 0;
         if (!bytes::get_u32(in, index) || !bytes::get_u64(in, n) || n == 0) return false;
         const auto signed_index = static_cast<int32_t>(index);
-        if (!buckets.empty() && buckets.back().first >= signed_index) return false;
+        if (!buckets.empty() && buckets.back().index >= signed_index) return false;
         if (total + n < total) return false;
         total += n;
-        buckets.emplace_back(signed_index, n);
+        buckets.push_back({signed_index, n});
     }
     return true;
 }
@@ -93,9 +94,9 @@ double QuantileSketch::gamma_log_of(double relative_error) {
 }
 
 QuantileSketch::QuantileSketch(double relative_error, uint32_t buckets_max)
-    : relative_error_(relative_error),
+    : gamma_log_(gamma_log_of(relative_error)),
       buckets_max_(buckets_max),
-      gamma_log_(gamma_log_of(relative_error)) {
+      relative_error_(relative_error) {
     TM_ASSERT(relative_error >= relative_error_min && relative_error < 1);
     TM_ASSERT(buckets_max >= 1);
 }
@@ -138,8 +139,8 @@ void QuantileSketch::add(double value) {
 }
 
 bool QuantileSketch::below_lowest_kept(bool positive, int32_t index) const {
-    if (!positive) return negative_.empty() || index > negative_.back().first;
-    return negative_.empty() && !positive_.empty() && index < positive_.front().first;
+    if (!positive) return negative_.empty() || index > negative_.back().index;
+    return negative_.empty() && !positive_.empty() && index < positive_.front().index;
 }
 
 void QuantileSketch::collapse() {
@@ -150,13 +151,13 @@ void QuantileSketch::collapse() {
         // then the smallest positive ones (the front of positive_).
         const size_t from_negative = std::min(excess, negative_.size());
         for (size_t i = negative_.size() - from_negative; i < negative_.size(); ++i) {
-            collapsed_count_ += negative_[i].second;
+            collapsed_count_ += negative_[i].count;
         }
-        negative_.resize(negative_.size() - from_negative);
+        negative_.truncate(negative_.size() - from_negative);
         excess -= from_negative;
         for (size_t i = 0; i < excess; ++i)
-            collapsed_count_ += positive_[i].second;
-        positive_.erase(positive_.begin(), positive_.begin() + static_cast<std::ptrdiff_t>(excess));
+            collapsed_count_ += positive_[i].count;
+        positive_.erase_front(excess);
     }
     // Zero lies between the stores: once no negative bucket is kept it is collapsed too. Deciding
     // it from the kept state alone is what makes merges order-independent.
@@ -197,13 +198,14 @@ double QuantileSketch::bucket_quantile(double q) const {
     uint64_t seen = collapsed_count_;
     if (static_cast<double>(seen) > rank) {
         // Collapsed values are reported as the lowest bucket kept (zero is never kept then).
-        if (!negative_.empty()) return -value_of(negative_.back().first);
+        if (!negative_.empty()) return -value_of(negative_.back().index);
         TM_ASSERT(!positive_.empty());
-        return value_of(positive_.front().first);
+        return value_of(positive_.front().index);
     }
-    for (auto it = negative_.rbegin(); it != negative_.rend(); ++it) {
-        seen += it->second;
-        if (static_cast<double>(seen) > rank) return -value_of(it->first);
+    for (const QuantileBucket* it = negative_.end(); it != negative_.begin();) {
+        --it;
+        seen += it->count;
+        if (static_cast<double>(seen) > rank) return -value_of(it->index);
     }
     seen += zero_count_;
     if (static_cast<double>(seen) > rank) return 0;
@@ -217,7 +219,7 @@ double QuantileSketch::bucket_quantile(double q) const {
 
 size_t QuantileSketch::bytes() const {
     return sizeof(*this) +
-           (positive_.capacity() + negative_.capacity()) * sizeof(Buckets::value_type);
+           (positive_.heap_capacity() + negative_.heap_capacity()) * sizeof(QuantileBucket);
 }
 
 void QuantileSketch::encode(std::string& out) const {

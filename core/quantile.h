@@ -5,8 +5,8 @@
 #include <limits>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
+
+#include "core/quantile_buckets.h"
 
 namespace tidemark::core {
 
@@ -28,7 +28,8 @@ namespace tidemark::core {
 /// Concurrency: none; a plain value type.
 /// Limits: 1e-6 <= relative_error < 1 and buckets_max >= 1 (asserted; config validates them).
 /// Memory is at most buckets_max * 16 bytes plus the object; buckets are sparse, so typical
-/// telemetry uses a few dozen.
+/// telemetry uses a few dozen, and up to QuantileBuckets::inline_max of each sign are held in
+/// the object itself.
 class QuantileSketch {
   public:
     /// The finest relative error the sketch accepts (config validates against it): it keeps
@@ -63,20 +64,22 @@ class QuantileSketch {
     void collapse();
     bool below_lowest_kept(bool positive, int32_t index) const;
 
-    double relative_error_ = 0.01;
-    uint32_t buckets_max_ = 1024;
-    double gamma_log_ = gamma_log_of(relative_error_);  // ln(gamma), cached
+    // What add() reads comes first: with the positive buckets held in place, the values of a
+    // sparse window are counted without leaving the sketch's first two cache lines.
+    double gamma_log_ = gamma_log_of(0.01);  // ln(gamma), cached
     uint64_t count_ = 0;
-    uint64_t zero_count_ = 0;
-    // Values below the lowest bucket kept, after collapsing (see the class comment).
-    uint64_t collapsed_count_ = 0;
     // The exact extremes of what was added (clamped to +-DBL_MAX like the buckets); infinite
     // while unknown (empty, or decoded from a store written before they were kept).
     double min_ = std::numeric_limits<double>::infinity();
     double max_ = -std::numeric_limits<double>::infinity();
-    // Sorted by index; (bucket index, count).
-    std::vector<std::pair<int32_t, uint64_t>> positive_;
-    std::vector<std::pair<int32_t, uint64_t>> negative_;
+    // Values below the lowest bucket kept, after collapsing (see the class comment).
+    uint64_t collapsed_count_ = 0;
+    uint32_t buckets_max_ = 1024;
+    // Sorted by index.
+    QuantileBuckets positive_;
+    QuantileBuckets negative_;
+    uint64_t zero_count_ = 0;
+    double relative_error_ = 0.01;
 };
 
 }  // namespace tidemark::core

@@ -281,8 +281,7 @@ TEST_CASE("memory estimates", "[aggregate]") {
     // 19 doubles: count 1 + count 1 + sum, min, max 1 each + mean 2 + first, last, variance,
     // stddev 3 each; the quantile keeps its sketch, in a list of its own.
     CHECK(set.bytes_per_window() == sizeof(AggregateState) + 19 * sizeof(double) +
-                                        sizeof(QuantileSketch) +
-                                        sizeof(std::vector<QuantileSketch>));
+                                        sizeof(QuantileSketch) + SketchList::overhead_bytes(1));
     for (int i = 1; i <= 100; ++i) {
         const double v = i * 10.0;
         set.add(state, &v, i, static_cast<uint64_t>(i));
@@ -294,4 +293,48 @@ TEST_CASE("memory estimates", "[aggregate]") {
     const AggregateSet counts({spec("n", AggregateFn::count, -1)}, QuantileOptions{});
     // A few values are held in the state itself: nothing on the heap.
     CHECK(counts.bytes_per_window() == sizeof(AggregateState));
+}
+
+TEST_CASE("the sketches of a state: one block, copied sketch by sketch", "[aggregate]") {
+    const AggregateSet set(
+        {spec("p50", AggregateFn::quantile, 0, 0.5), spec("n", AggregateFn::count, -1),
+         spec("p95", AggregateFn::quantile, 0, 0.95)},
+        QuantileOptions{});
+    AggregateState a = set.make();
+    REQUIRE(a.sketches.size() == 2);
+    // A window of a sparse device: its few values live in the state's one block.
+    for (int i = 1; i <= 3; ++i) {
+        const double v = i * 10.0;
+        set.add(a, &v, i, static_cast<uint64_t>(i));
+    }
+    CHECK(set.bytes(a) == set.bytes_per_window());
+    AggregateState b = set.make();
+    for (int i = 1; i <= 50; ++i) {
+        const double v = i * 1.5;
+        set.add(b, &v, i, static_cast<uint64_t>(i));
+    }
+    CHECK(set.bytes(b) > set.bytes_per_window());
+    const AggregateState a0 = a, b0 = b;
+    AggregateState c;  // no block yet
+    c = b;
+    CHECK(c == b0);
+    c = a;  // the same number of sketches: copied into the block already there
+    CHECK(c == a0);
+    const AggregateState& same = c;
+    c = same;
+    CHECK(c == a0);
+    AggregateState d = std::move(b);
+    CHECK(d == b0);
+    d = std::move(c);
+    CHECK(d == a0);
+    std::vector<std::optional<double>> out;
+    set.results(d, out);
+    REQUIRE(out.size() == 3);
+    // 10, 20, 30: both quantiles are at rank 1 (floor of 0.5 x 2 and 0.95 x 2), within 1 %.
+    CHECK(*out[0] == Approx(20).epsilon(0.01));
+    CHECK(*out[1] == 3);
+    CHECK(*out[2] == Approx(20).epsilon(0.01));
+    // No quantile, no block.
+    const AggregateSet counts({spec("n", AggregateFn::count, -1)}, QuantileOptions{});
+    CHECK(counts.make().sketches.size() == 0);
 }

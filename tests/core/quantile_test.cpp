@@ -239,3 +239,73 @@ TEST_CASE("sketches encode and decode to an equal sketch", "[quantile]") {
     QuantileSketch empty;
     CHECK(empty.decode(empty_in));
 }
+
+TEST_CASE("a sketch's buckets: a few in place, more on the heap, as a vector holds them",
+          "[quantile]") {
+    using tidemark::core::QuantileBucket;
+    using tidemark::core::QuantileBuckets;
+    constexpr size_t in_place = QuantileBuckets::inline_max;
+    // Random inserts, front drops, truncations, shrinks, copies and moves against a vector.
+    std::mt19937_64 rng(31);
+    for (int round = 0; round < 200; ++round) {
+        QuantileBuckets buckets;
+        std::vector<QuantileBucket> model;
+        for (int op = 0; op < 60; ++op) {
+            const auto kind = rng() % 10;
+            if (kind < 5) {
+                const size_t at = model.empty() ? 0 : rng() % (model.size() + 1);
+                const QuantileBucket b{static_cast<int32_t>(rng() % 1000) - 500, rng() % 9 + 1};
+                model.insert(model.begin() + static_cast<std::ptrdiff_t>(at), b);
+                CHECK(*buckets.insert(buckets.begin() + at, b) == b);
+            } else if (kind == 5 && !model.empty()) {
+                const size_t n = rng() % (model.size() + 1);
+                model.erase(model.begin(), model.begin() + static_cast<std::ptrdiff_t>(n));
+                buckets.erase_front(n);
+            } else if (kind == 6 && !model.empty()) {
+                const size_t n = rng() % (model.size() + 1);
+                model.resize(n);
+                buckets.truncate(n);
+            } else if (kind == 7) {
+                buckets.shrink_to_fit();
+                CHECK(buckets.capacity() == std::max(in_place, model.size()));
+            } else if (kind == 8) {
+                QuantileBuckets copy;
+                copy.push_back({7, 7});
+                copy = buckets;
+                buckets = QuantileBuckets(copy);  // copy into a temporary, then moved
+            } else {
+                QuantileBuckets moved(std::move(buckets));
+                CHECK(buckets.empty());
+                buckets = std::move(moved);
+            }
+            REQUIRE(buckets.size() == model.size());
+            CHECK(std::equal(buckets.begin(), buckets.end(), model.begin(), model.end()));
+            CHECK(buckets.capacity() >= std::max(in_place, model.size()));
+            CHECK(buckets.heap_capacity() ==
+                  (buckets.capacity() > in_place ? buckets.capacity() : 0));
+        }
+    }
+}
+
+TEST_CASE("a sketch of a few values keeps its buckets in itself", "[quantile]") {
+    QuantileSketch sketch;
+    // Three buckets of each sign, and zero: nothing on the heap.
+    for (double v : {10.0, -10.0, 20.0, -20.0, 40.0, -40.0, 0.0, 20.0, -40.0})
+        sketch.add(v);
+    CHECK(sketch.bytes() == sizeof(QuantileSketch));
+    QuantileSketch copy = sketch;
+    CHECK(copy == sketch);
+    CHECK(copy.quantile(0.5) == sketch.quantile(0.5));
+    // A fourth bucket goes to the heap, and is counted.
+    sketch.add(80);
+    CHECK(sketch.bytes() > sizeof(QuantileSketch));
+    CHECK(sketch.quantile(1) == 80);
+    // Copies either way keep what each holds.
+    copy = sketch;
+    CHECK(copy == sketch);
+    QuantileSketch sparse;
+    sparse.add(3);
+    copy = sparse;
+    CHECK(copy == sparse);
+    CHECK(copy.quantile(0.5) == 3);
+}
