@@ -15,10 +15,9 @@ namespace {
 // reach it, and telemetry that small is noise around zero.
 constexpr double zero_magnitude_max = 1e-9;
 
-using Buckets = QuantileBuckets;
-
 // Adds `n` to bucket `index`; true when a new bucket was opened. Growth is capped so that a
 // store never holds more than `capacity_max` slots (the collapse that follows trims the size).
+template <class Buckets>
 bool add_to(Buckets& buckets, int32_t index, uint64_t n, size_t capacity_max) {
     auto it =
         std::lower_bound(buckets.begin(), buckets.end(), index,
@@ -36,16 +35,18 @@ bool add_to(Buckets& buckets, int32_t index, uint64_t n, size_t capacity_max) {
     return true;
 }
 
+template <class Buckets>
 void merge_into(Buckets& into, const Buckets& from) {
     if (from.empty()) return;
     Buckets merged;
     merged.reserve(into.size() + from.size());
-    const QuantileBucket* a = into.begin();
-    const QuantileBucket* b = from.begin();
-    while (a != into.end() || b != from.end()) {
-        if (b == from.end() || (a != into.end() && a->index < b->index)) {
+    const Buckets& kept = into;
+    auto a = kept.begin();
+    auto b = from.begin();
+    while (a != kept.end() || b != from.end()) {
+        if (b == from.end() || (a != kept.end() && a->index < b->index)) {
             merged.push_back(*a++);
-        } else if (a == into.end() || b->index < a->index) {
+        } else if (a == kept.end() || b->index < a->index) {
             merged.push_back(*b++);
         } else {
             merged.push_back({a->index, a->count + b->count});
@@ -56,6 +57,7 @@ void merge_into(Buckets& into, const Buckets& from) {
     into = std::move(merged);
 }
 
+template <class Buckets>
 void encode_buckets(std::string& out, const Buckets& buckets) {
     bytes::put_u32(out, static_cast<uint32_t>(buckets.size()));
     for (const auto& [index, n] : buckets) {
@@ -65,6 +67,7 @@ void encode_buckets(std::string& out, const Buckets& buckets) {
 }
 
 // Reads what encode_buckets wrote; false unless indices ascend strictly and counts are positive.
+template <class Buckets>
 bool decode_buckets(std::string_view& in, Buckets& buckets, uint32_t buckets_max, uint64_t& total) {
     constexpr size_t entry_bytes = 12;
     uint32_t size = 0;
@@ -134,8 +137,10 @@ void QuantileSketch::add(double value) {
         ++collapsed_count_;
         return;
     }
-    Buckets& store = value > 0 ? positive_ : negative_;
-    if (add_to(store, index, 1, size_t{buckets_max_} + 1)) collapse();
+    const size_t capacity_max = size_t{buckets_max_} + 1;
+    if (value > 0 ? add_to(positive_, index, 1, capacity_max)
+                  : add_to(negative_, index, 1, capacity_max))
+        collapse();
 }
 
 bool QuantileSketch::below_lowest_kept(bool positive, int32_t index) const {
@@ -153,7 +158,7 @@ void QuantileSketch::collapse() {
         for (size_t i = negative_.size() - from_negative; i < negative_.size(); ++i) {
             collapsed_count_ += negative_[i].count;
         }
-        negative_.truncate(negative_.size() - from_negative);
+        negative_.resize(negative_.size() - from_negative);
         excess -= from_negative;
         for (size_t i = 0; i < excess; ++i)
             collapsed_count_ += positive_[i].count;
@@ -166,9 +171,8 @@ void QuantileSketch::collapse() {
         zero_count_ = 0;
     }
     // A merge may have left twice the bound allocated; give it back.
-    for (Buckets* store : {&positive_, &negative_}) {
-        if (store->capacity() > size_t{buckets_max_} + 1) store->shrink_to_fit();
-    }
+    if (positive_.capacity() > size_t{buckets_max_} + 1) positive_.shrink_to_fit();
+    if (negative_.capacity() > size_t{buckets_max_} + 1) negative_.shrink_to_fit();
 }
 
 void QuantileSketch::merge(const QuantileSketch& other) {
@@ -202,8 +206,7 @@ double QuantileSketch::bucket_quantile(double q) const {
         TM_ASSERT(!positive_.empty());
         return value_of(positive_.front().index);
     }
-    for (const QuantileBucket* it = negative_.end(); it != negative_.begin();) {
-        --it;
+    for (auto it = negative_.rbegin(); it != negative_.rend(); ++it) {
         seen += it->count;
         if (static_cast<double>(seen) > rank) return -value_of(it->index);
     }
@@ -219,7 +222,7 @@ double QuantileSketch::bucket_quantile(double q) const {
 
 size_t QuantileSketch::bytes() const {
     return sizeof(*this) +
-           (positive_.heap_capacity() + negative_.heap_capacity()) * sizeof(QuantileBucket);
+           (positive_.heap_capacity() + negative_.capacity()) * sizeof(QuantileBucket);
 }
 
 void QuantileSketch::encode(std::string& out) const {

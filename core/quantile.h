@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/quantile_buckets.h"
 
@@ -28,8 +29,8 @@ namespace tidemark::core {
 /// Concurrency: none; a plain value type.
 /// Limits: 1e-6 <= relative_error < 1 and buckets_max >= 1 (asserted; config validates them).
 /// Memory is at most buckets_max * 16 bytes plus the object; buckets are sparse, so typical
-/// telemetry uses a few dozen, and up to QuantileBuckets::inline_max of each sign are held in
-/// the object itself.
+/// telemetry uses a few dozen, and up to QuantileBuckets::inline_max positive ones are held in
+/// the object itself (negative values, rarer, open a vector as every bucket did before).
 class QuantileSketch {
   public:
     /// The finest relative error the sketch accepts (config validates against it): it keeps
@@ -77,7 +78,7 @@ class QuantileSketch {
     uint32_t buckets_max_ = 1024;
     // Sorted by index.
     QuantileBuckets positive_;
-    QuantileBuckets negative_;
+    std::vector<QuantileBucket> negative_;
     uint64_t zero_count_ = 0;
     double relative_error_ = 0.01;
 };
