@@ -402,11 +402,26 @@ void write_history(const config::Config& c, const core::Clock& clock, double hou
     std::fflush(stdout);
 }
 
+// Bytes this process has sent to storage so far (/proc/self/io write_bytes, counted when a page
+// is dirtied; a page dirtied again before writeback counts once): flash wear, the log's, the
+// store's and the deleter's writes together. 0 where the kernel does not say.
+uint64_t written_bytes() {
+    std::ifstream io("/proc/self/io");
+    std::string name;
+    uint64_t value = 0;
+    while (io >> name >> value)
+        if (name == "write_bytes:") return value;
+    return 0;
+}
+
+uint64_t history_written_bytes = 0;  // by run_history, the last one
+
 // Pipeline A recovers over the history (with outbox writes, a Drain as the forwarder) and
 // checkpoints. Returns records/s.
 double run_history(const config::Config& c, const core::Clock& clock) {
     firmware::Alarms alarms;
     const auto t0 = Steady::now();
+    const uint64_t written0 = written_bytes();
     auto host = firmware::EngineHost::open(c, clock, alarms);
     if (!host) die("open: " + host.error().message);
     Drain drain((*host)->store());
@@ -417,8 +432,13 @@ double run_history(const config::Config& c, const core::Clock& clock) {
     if (!recovered) die("recover: " + recovered.error().message);
     if (auto ok = (*host)->checkpoint(); !ok) die("checkpoint: " + ok.error().message);
     const double s = seconds_since(t0);
+    history_written_bytes = written_bytes() - written0;
     std::printf("pipeline A over the history: %llu records in %.1f s (with outbox writes)\n",
                 static_cast<unsigned long long>(*recovered), s);
+    std::printf("pipeline A over the history: %.1f MiB written to storage, %.0f bytes a record\n",
+                static_cast<double>(history_written_bytes) / (1 << 20),
+                static_cast<double>(history_written_bytes) /
+                    static_cast<double>(std::max<uint64_t>(1, *recovered)));
     std::fflush(stdout);
     return static_cast<double>(*recovered) / s;
 }
@@ -505,6 +525,8 @@ int main(int argc, char** argv) {
     // 0. History, and pipeline A over it.
     write_history(config_a, clock, o.hours, o);
     run_history(config_a, clock);
+    const uint64_t history_records =
+        static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate));
 
     // 1. Baseline: live ingest, no backfill.
     LiveRun baseline;
@@ -519,12 +541,14 @@ int main(int argc, char** argv) {
 
     // 2. Backfill of B beside the same live ingest, until B switches (at most an hour).
     LiveRun during;
+    const uint64_t during_written0 = written_bytes();
     {
         firmware::Alarms alarms;
         auto host = open_host(config_ab, clock, alarms);
         if (!host->backfilling()) die("pipeline B does not backfill");
         during = run_live(*host, clock, o, true, 3600);
     }
+    const uint64_t during_written = written_bytes() - during_written0;
     const double during_p99 = percentile(during.delays_ms, 0.99);
     print_run("backfill", during);
     std::printf(
@@ -573,8 +597,16 @@ int main(int argc, char** argv) {
     const double wall_rate = static_cast<double>(during.backfill_records) / during.backfill_wall_s;
 
     std::printf("backfill.history_records: %llu records\n",
-                static_cast<unsigned long long>(
-                    static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate))));
+                static_cast<unsigned long long>(history_records));
+    // Flash wear (not a target of issue 31): what reaches storage per record of history, while
+    // pipeline A recovers over it and while B backfills it (with the live feed's log and
+    // outbox, and the deleter's frees, over the phase).
+    std::printf("history.bytes_written_per_record: %.0f bytes\n",
+                static_cast<double>(history_written_bytes) /
+                    static_cast<double>(std::max<uint64_t>(1, history_records)));
+    std::printf("backfill.bytes_written_per_record: %.0f bytes\n",
+                static_cast<double>(during_written) /
+                    static_cast<double>(std::max<uint64_t>(1, during.backfill_records)));
     std::printf("backfill.records_per_s: %.0f records/s\n", wall_rate);
     std::printf("backfill.busy_records_per_s: %.0f records/s\n", during.busy_records_per_s);
     std::printf("backfill.cpu_records_per_s: %.0f records/s\n", during.cpu_records_per_s);
