@@ -40,6 +40,7 @@
 
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
+#include "bench/proc_io.h"
 #include "firmware/clock.h"
 #include "firmware/commands/command_replay.h"
 #include "firmware/service/alarms.h"
@@ -402,16 +403,10 @@ void write_history(const config::Config& c, const core::Clock& clock, double hou
     std::fflush(stdout);
 }
 
-// Bytes this process has sent to storage so far (/proc/self/io write_bytes, counted when a page
-// is dirtied; a page dirtied again before writeback counts once): flash wear, the log's, the
-// store's and the deleter's writes together. 0 where the kernel does not say.
+// Bytes this process has sent to storage so far (bench/proc_io.h): flash wear, the log's, the
+// store's and the deleter's writes together.
 uint64_t written_bytes() {
-    std::ifstream io("/proc/self/io");
-    std::string name;
-    uint64_t value = 0;
-    while (io >> name >> value)
-        if (name == "write_bytes:") return value;
-    return 0;
+    return tidemark::bench::read_proc_io().stored();
 }
 
 uint64_t history_written_bytes = 0;  // by run_history, the last one

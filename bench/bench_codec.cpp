@@ -48,6 +48,7 @@
 #ifdef TIDEMARK_CODEC_WITH_LOG
 #include "adapters/log/log_writer.h"
 #include "adapters/log/segment_files.h"
+#include "bench/proc_io.h"
 #endif
 
 namespace {
@@ -306,21 +307,7 @@ double cpu_seconds() {
            double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-struct Io {
-    uint64_t write_bytes = 0, cancelled = 0;
-};
-
-Io read_io() {
-    std::ifstream in("/proc/self/io");
-    Io io;
-    std::string k;
-    uint64_t v;
-    while (in >> k >> v) {
-        if (k == "write_bytes:") io.write_bytes = v;
-        if (k == "cancelled_write_bytes:") io.cancelled = v;
-    }
-    return io;
-}
+using tidemark::bench::read_proc_io;
 
 void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
     const std::string dir = scratch + "/codec-flash";
@@ -331,7 +318,7 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
     const int tail = ::open((dir + "/tail").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (seg < 0 || tail < 0) std::exit(1);
     ::sync();
-    const Io before = read_io();
+    const tidemark::bench::ProcIo before = read_proc_io();
     const double cpu_before = cpu_seconds();
     uint64_t seg_end = 0, tail_end = 0, done = 0;
     std::string block;
@@ -366,17 +353,17 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
     seal();
     const double cpu = cpu_seconds() - cpu_before;
     ::sync();
-    const Io after = read_io();
+    const tidemark::bench::ProcIo after = read_proc_io();
     const double payload = static_cast<double>(shape.payload_bytes);
     const std::string name = codec ? "tail." + codec->name : std::string("plain");
     std::printf("# flash %s: write_bytes %.1f MiB, cancelled %.1f MiB, segment %.1f MiB\n",
                 name.c_str(), double(after.write_bytes - before.write_bytes) / 1048576.0,
-                double(after.cancelled - before.cancelled) / 1048576.0,
+                double(after.cancelled_write_bytes - before.cancelled_write_bytes) / 1048576.0,
                 double(seg_end) / 1048576.0);
-    std::printf(
-        "codec.flash.%s.log_bytes_written_per_payload_byte: %.3f ratio\n", name.c_str(),
-        double((after.write_bytes - before.write_bytes) - (after.cancelled - before.cancelled)) /
-            payload);
+    std::printf("codec.flash.%s.log_bytes_written_per_payload_byte: %.3f ratio\n", name.c_str(),
+                double((after.write_bytes - before.write_bytes) -
+                       (after.cancelled_write_bytes - before.cancelled_write_bytes)) /
+                    payload);
     std::printf("codec.flash.%s.disk_bytes_per_payload_byte: %.3f ratio\n", name.c_str(),
                 double(seg_end) / payload);
     std::printf("codec.flash.%s.cpu_us_per_record: %.2f us\n", name.c_str(),

@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "adapters/lmdb/store.h"
+#include "bench/proc_io.h"
 
 namespace {
 
@@ -28,12 +28,7 @@ void die(const std::string& message) {
 }
 
 uint64_t bytes_passed_to_write() {
-    std::ifstream f("/proc/self/io");
-    std::string k;
-    uint64_t v = 0;
-    while (f >> k >> v)
-        if (k == "wchar:") return v;
-    return 0;
+    return tidemark::bench::read_proc_io().wchar;
 }
 
 // Not inlined: callgrind's --toggle-collect names it.

@@ -25,13 +25,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "adapters/config/config.h"
 #include "adapters/lmdb/store.h"
 #include "adapters/log/log_writer.h"
 #include "adapters/log/segment_files.h"
+#include "bench/proc_io.h"
 #include "firmware/clock.h"
 #include "firmware/service/service_parts.h"
 
@@ -39,22 +39,7 @@ using namespace tidemark;
 
 namespace {
 
-struct Io {
-    uint64_t wchar = 0, write_bytes = 0, cancelled_write_bytes = 0;
-};
-
-Io read_io() {
-    std::ifstream in("/proc/self/io");
-    Io io;
-    std::string k;
-    uint64_t v;
-    while (in >> k >> v) {
-        if (k == "wchar:") io.wchar = v;
-        if (k == "write_bytes:") io.write_bytes = v;
-        if (k == "cancelled_write_bytes:") io.cancelled_write_bytes = v;
-    }
-    return io;
-}
+using tidemark::bench::read_proc_io;
 
 }  // namespace
 
@@ -106,7 +91,7 @@ int main(int argc, char** argv) {
     firmware::ServiceParts& sp = **parts;
     if (!sp.host().recover([] { return false; })) return 1;
     const int64_t start_ms = 1'764'400'000'000;
-    const Io before = read_io();
+    const tidemark::bench::ProcIo before = read_proc_io();
     uint64_t payload_bytes = 0;
     int64_t next_checkpoint = start_ms + checkpoint_ms;
     int64_t next_sync = start_ms + 1000;
@@ -155,7 +140,7 @@ int main(int argc, char** argv) {
     }
     (void)sp.host().log().sync();
     ::sync();
-    const Io after = read_io();
+    const tidemark::bench::ProcIo after = read_proc_io();
     uint64_t disk_bytes = 0;
     uint64_t frame_bytes = 0;
     size_t compressed_segments = 0;
