@@ -25,6 +25,27 @@ AggregateSpec spec(std::string name, AggregateFn fn, int field = 0, double q = 0
     return AggregateSpec{std::move(name), fn, field, q};
 }
 
+// Copies and moves of two states (of one set or of two), each way round and onto itself, keep
+// what each holds. Returns a's.
+AggregateState copied_and_moved(AggregateState a, AggregateState b) {
+    const AggregateState a0 = a, b0 = b;
+    const AggregateState copy(a);
+    CHECK(copy == a0);
+    AggregateState c;
+    c = b;
+    CHECK(c == b0);
+    c = a;
+    CHECK(c == a0);
+    const AggregateState& same = c;
+    c = same;
+    CHECK(c == a0);
+    AggregateState d = std::move(b);
+    CHECK(d == b0);
+    d = std::move(c);
+    CHECK(d == a0);
+    return d;
+}
+
 // One aggregate of every kind over field 0, plus a count of events.
 AggregateSet every_fn() {
     return AggregateSet(
@@ -259,16 +280,8 @@ TEST_CASE("states copy and move between values in place and on the heap", "[aggr
     const double v = 2.5;
     small.add(a, &v, 1, 1);
     large.add(b, &v, 1, 1);
-    const AggregateState a0 = a, b0 = b;
-    AggregateState c = a;  // in place -> heap -> in place
-    c = b;
-    CHECK(c == b0);
-    c = a;
-    CHECK(c == a0);
-    AggregateState d = std::move(b);
-    CHECK(d == b0);
-    d = std::move(a);
-    CHECK(d == a0);
+    // Values in place (a) -> on the heap (b) -> in place again.
+    const AggregateState d = copied_and_moved(std::move(a), std::move(b));
     std::vector<std::optional<double>> out;
     small.results(d, out);
     CHECK(out == std::vector<std::optional<double>>{1.0, 2.5});
@@ -314,19 +327,8 @@ TEST_CASE("the sketches of a state: one block, copied sketch by sketch", "[aggre
         set.add(b, &v, i, static_cast<uint64_t>(i));
     }
     CHECK(set.bytes(b) > set.bytes_per_window());
-    const AggregateState a0 = a, b0 = b;
-    AggregateState c;  // no block yet
-    c = b;
-    CHECK(c == b0);
-    c = a;  // the same number of sketches: copied into the block already there
-    CHECK(c == a0);
-    const AggregateState& same = c;
-    c = same;
-    CHECK(c == a0);
-    AggregateState d = std::move(b);
-    CHECK(d == b0);
-    d = std::move(c);
-    CHECK(d == a0);
+    // From no block to b's, then a's copied into it sketch by sketch (the same number).
+    const AggregateState d = copied_and_moved(std::move(a), std::move(b));
     std::vector<std::optional<double>> out;
     set.results(d, out);
     REQUIRE(out.size() == 3);
