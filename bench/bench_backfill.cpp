@@ -409,11 +409,14 @@ uint64_t written_bytes() {
     return tidemark::bench::read_proc_io().stored();
 }
 
-uint64_t history_written_bytes = 0;  // by run_history, the last one
+struct HistoryRun {
+    double records_per_s = 0;
+    uint64_t written_bytes = 0;  // what reached storage meanwhile
+};
 
 // Pipeline A recovers over the history (with outbox writes, a Drain as the forwarder) and
-// checkpoints. Returns records/s.
-double run_history(const config::Config& c, const core::Clock& clock) {
+// checkpoints.
+HistoryRun run_history(const config::Config& c, const core::Clock& clock) {
     firmware::Alarms alarms;
     const auto t0 = Steady::now();
     const uint64_t written0 = written_bytes();
@@ -427,15 +430,15 @@ double run_history(const config::Config& c, const core::Clock& clock) {
     if (!recovered) die("recover: " + recovered.error().message);
     if (auto ok = (*host)->checkpoint(); !ok) die("checkpoint: " + ok.error().message);
     const double s = seconds_since(t0);
-    history_written_bytes = written_bytes() - written0;
+    const uint64_t written = written_bytes() - written0;
     std::printf("pipeline A over the history: %llu records in %.1f s (with outbox writes)\n",
                 static_cast<unsigned long long>(*recovered), s);
-    std::printf("pipeline A over the history: %.1f MiB written to storage, %.0f bytes a record\n",
-                static_cast<double>(history_written_bytes) / (1 << 20),
-                static_cast<double>(history_written_bytes) /
-                    static_cast<double>(std::max<uint64_t>(1, *recovered)));
+    std::printf(
+        "pipeline A over the history: %.1f MiB written to storage, %.0f bytes a record\n",
+        static_cast<double>(written) / (1 << 20),
+        static_cast<double>(written) / static_cast<double>(std::max<uint64_t>(1, *recovered)));
     std::fflush(stdout);
-    return static_cast<double>(*recovered) / s;
+    return {static_cast<double>(*recovered) / s, written};
 }
 
 std::string make_temp_dir() {
@@ -455,7 +458,7 @@ int history_ratio(const Options& o, int runs) {
             const std::string dir = make_temp_dir();
             const config::Config c = parse(config_text(dir, false, o.share), dir);
             write_history(c, clock, hours, o);
-            const double rate = run_history(c, clock);
+            const double rate = run_history(c, clock).records_per_s;
             std::filesystem::remove_all(dir);
             (hours == 1.0 ? short_rates : long_rates).push_back(rate);
             std::printf("run %d, %g h: %.0f records/s\n", r + 1, hours, rate);
@@ -519,7 +522,7 @@ int main(int argc, char** argv) {
 
     // 0. History, and pipeline A over it.
     write_history(config_a, clock, o.hours, o);
-    run_history(config_a, clock);
+    const HistoryRun history = run_history(config_a, clock);
     const uint64_t history_records =
         static_cast<uint64_t>(o.hours * 3600.0 * static_cast<double>(o.rate));
 
@@ -597,7 +600,7 @@ int main(int argc, char** argv) {
     // pipeline A recovers over it and while B backfills it (with the live feed's log and
     // outbox, and the deleter's frees, over the phase).
     std::printf("history.bytes_written_per_record: %.0f bytes\n",
-                static_cast<double>(history_written_bytes) /
+                static_cast<double>(history.written_bytes) /
                     static_cast<double>(std::max<uint64_t>(1, history_records)));
     std::printf("backfill.bytes_written_per_record: %.0f bytes\n",
                 static_cast<double>(during_written) /

@@ -361,9 +361,7 @@ void flash(const Shape& shape, const std::string& scratch, const Codec* codec) {
                 double(after.cancelled_write_bytes - before.cancelled_write_bytes) / 1048576.0,
                 double(seg_end) / 1048576.0);
     std::printf("codec.flash.%s.log_bytes_written_per_payload_byte: %.3f ratio\n", name.c_str(),
-                double((after.write_bytes - before.write_bytes) -
-                       (after.cancelled_write_bytes - before.cancelled_write_bytes)) /
-                    payload);
+                double(after.stored() - before.stored()) / payload);
     std::printf("codec.flash.%s.disk_bytes_per_payload_byte: %.3f ratio\n", name.c_str(),
                 double(seg_end) / payload);
     std::printf("codec.flash.%s.cpu_us_per_record: %.2f us\n", name.c_str(),

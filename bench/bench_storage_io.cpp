@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     }
     const double cancelled =
         static_cast<double>(after.cancelled_write_bytes - before.cancelled_write_bytes);
-    const double written = static_cast<double>(after.write_bytes - before.write_bytes) - cancelled;
+    const double written = static_cast<double>(after.stored() - before.stored());
     const double passed = static_cast<double>(after.wchar - before.wchar);
     std::printf(
         "# %llu records, checkpoint every %lld ms of ingest time, %.1f MiB of payload; "

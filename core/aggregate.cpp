@@ -181,7 +181,6 @@ AggregateSet::AddKind AggregateSet::add_kind(AggregateFn fn) {
 
 AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions quantile)
     : specs_(std::move(specs)), quantile_(quantile) {
-    int32_t sketches = 0;
     for (const AggregateSpec& spec : specs_) {
         TM_ASSERT(spec.field >= 0 || (spec.field == -1 && spec.fn == AggregateFn::count));
         offsets_.push_back(slots_);
@@ -189,8 +188,8 @@ AggregateSet::AggregateSet(std::vector<AggregateSpec> specs, QuantileOptions qua
         slots_ += info(spec.fn).slots;
         if (spec.fn == AggregateFn::quantile) {
             TM_ASSERT(spec.q >= 0 && spec.q <= 1);
-            op.sketch = static_cast<uint32_t>(sketches);
-            sketch_of_.push_back(sketches++);
+            op.sketch = sketches_;
+            sketch_of_.push_back(static_cast<int32_t>(sketches_++));
         } else {
             sketch_of_.push_back(-1);
         }
@@ -257,10 +256,8 @@ void AggregateSet::plan_simple() {
 AggregateState AggregateSet::make() const {
     AggregateState state;
     state.values.assign(slots_, 0.0);
-    const auto sketches = static_cast<size_t>(
-        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
-    if (sketches > 0)
-        state.sketches.assign(sketches,
+    if (sketches_ > 0)
+        state.sketches.assign(sketches_,
                               QuantileSketch(quantile_.relative_error, quantile_.buckets_max));
     for (size_t i = 0; i < specs_.size(); ++i) {
         double* slot = state.values.data() + offsets_[i];
@@ -431,11 +428,9 @@ size_t AggregateSet::bytes(const AggregateState& state) const {
 }
 
 size_t AggregateSet::bytes_per_window() const {
-    const size_t sketches = static_cast<size_t>(
-        std::count_if(sketch_of_.begin(), sketch_of_.end(), [](int32_t s) { return s >= 0; }));
     const size_t heap_slots = slots_ > SlotValues::inline_max ? slots_ : 0;
     return sizeof(AggregateState) + heap_slots * sizeof(double) +
-           sketches * sizeof(QuantileSketch) + SketchList::overhead_bytes(sketches);
+           sketches_ * sizeof(QuantileSketch) + SketchList::overhead_bytes(sketches_);
 }
 
 void AggregateSet::encode(const AggregateState& state, std::string& out,

@@ -32,8 +32,8 @@ struct AggregateSpec {
 };
 
 struct QuantileOptions {
-    double relative_error = 0.01;
-    uint32_t buckets_max = 1024;
+    double relative_error = QuantileSketch::relative_error_default;
+    uint32_t buckets_max = QuantileSketch::buckets_max_default;
 };
 
 /// The doubles of one aggregate state: up to inline_max of them in place, more on the heap.
@@ -307,6 +307,7 @@ class AggregateSet {
     std::vector<AggregateSpec> specs_;
     std::vector<uint32_t> offsets_;   // first slot in `values` of each spec
     std::vector<int32_t> sketch_of_;  // index in `sketches` of each spec, -1 when none
+    uint32_t sketches_ = 0;           // quantile aggregates: the sketches of every state
     uint32_t slots_ = 0;
     QuantileOptions quantile_;
 };

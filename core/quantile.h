@@ -36,6 +36,9 @@ class QuantileSketch {
     /// The finest relative error the sketch accepts (config validates against it): it keeps
     /// every bucket index of a finite value inside int32 (|ln DBL_MAX| / ln gamma < 2^31).
     static constexpr double relative_error_min = 1e-6;
+    /// A default sketch's: 1 % error, 1024 buckets (QuantileOptions' defaults too).
+    static constexpr double relative_error_default = 0.01;
+    static constexpr uint32_t buckets_max_default = 1024;
 
     QuantileSketch() = default;
     QuantileSketch(double relative_error, uint32_t buckets_max);
@@ -67,7 +70,7 @@ class QuantileSketch {
 
     // What add() reads comes first: with the positive buckets held in place, the values of a
     // sparse window are counted without leaving the sketch's first two cache lines.
-    double gamma_log_ = gamma_log_of(0.01);  // ln(gamma), cached
+    double gamma_log_ = gamma_log_of(relative_error_default);  // ln(gamma), cached
     uint64_t count_ = 0;
     // The exact extremes of what was added (clamped to +-DBL_MAX like the buckets); infinite
     // while unknown (empty, or decoded from a store written before they were kept).
@@ -75,12 +78,12 @@ class QuantileSketch {
     double max_ = -std::numeric_limits<double>::infinity();
     // Values below the lowest bucket kept, after collapsing (see the class comment).
     uint64_t collapsed_count_ = 0;
-    uint32_t buckets_max_ = 1024;
+    uint32_t buckets_max_ = buckets_max_default;
     // Sorted by index.
     QuantileBuckets positive_;
     std::vector<QuantileBucket> negative_;
     uint64_t zero_count_ = 0;
-    double relative_error_ = 0.01;
+    double relative_error_ = relative_error_default;
 };
 
 }  // namespace tidemark::core

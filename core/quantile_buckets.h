@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <new>
 
 #include "core/result.h"
 
@@ -87,11 +86,6 @@ class QuantileBuckets {
         if (n == 0) return;  // std::copy onto its own first element is undefined
         std::copy(begin() + n, end(), begin());
         size_ -= static_cast<uint32_t>(n);
-    }
-    /// Keeps the first n buckets.
-    void truncate(size_t n) {
-        TM_ASSERT(n <= size_);
-        size_ = static_cast<uint32_t>(n);
     }
     void clear() { size_ = 0; }
     /// Gives back heap capacity beyond the size (in place again when the buckets fit).

@@ -245,7 +245,7 @@ TEST_CASE("a sketch's buckets: a few in place, more on the heap, as a vector hol
     using tidemark::core::QuantileBucket;
     using tidemark::core::QuantileBuckets;
     constexpr size_t in_place = QuantileBuckets::inline_max;
-    // Random inserts, front drops, truncations, shrinks, copies and moves against a vector.
+    // Random inserts, front drops, shrinks, copies and moves against a vector.
     std::mt19937_64 rng(31);
     for (int round = 0; round < 200; ++round) {
         QuantileBuckets buckets;
@@ -257,14 +257,10 @@ TEST_CASE("a sketch's buckets: a few in place, more on the heap, as a vector hol
                 const QuantileBucket b{static_cast<int32_t>(rng() % 1000) - 500, rng() % 9 + 1};
                 model.insert(model.begin() + static_cast<std::ptrdiff_t>(at), b);
                 CHECK(*buckets.insert(buckets.begin() + at, b) == b);
-            } else if (kind == 5 && !model.empty()) {
+            } else if (kind <= 6 && !model.empty()) {
                 const size_t n = rng() % (model.size() + 1);
                 model.erase(model.begin(), model.begin() + static_cast<std::ptrdiff_t>(n));
                 buckets.erase_front(n);
-            } else if (kind == 6 && !model.empty()) {
-                const size_t n = rng() % (model.size() + 1);
-                model.resize(n);
-                buckets.truncate(n);
             } else if (kind == 7) {
                 buckets.shrink_to_fit();
                 CHECK(buckets.capacity() == std::max(in_place, model.size()));
