@@ -239,10 +239,9 @@ FrameStatus decode_frame(std::string_view bytes, const FrameContext& context, ui
                 return FrameStatus::ok;
             }
             out.payload = rest;
-            if (*id > context.topics.size() || !context.topics[*id - 1]) {
-                return FrameStatus::unknown_topic;
-            }
-            out.topic = *context.topics[*id - 1];
+            const std::optional<std::string_view> topic = context.topics.find(*id);
+            if (!topic) return FrameStatus::unknown_topic;
+            out.topic = *topic;
             return FrameStatus::ok;
         }
         default:
@@ -259,14 +258,34 @@ void apply_frame(FrameContext& context, const Record& record, const FrameInfo& i
         return;
     }
     if (!info.defines_topic) return;
-    if (info.topic_id > context.topics.size()) context.topics.resize(info.topic_id);
-    std::optional<std::string>& slot = context.topics[info.topic_id - 1];
-    if (slot && *slot == record.topic) return;
     // Bounded like the writer's dictionary: a reader keeps no more than a writer would write.
-    const uint64_t bytes = context.topic_bytes - (slot ? slot->size() : 0) + record.topic.size();
-    if (bytes > topic_dictionary_bytes_max) return;
-    context.topic_bytes = bytes;
-    slot.emplace(record.topic);
+    context.topics.define(info.topic_id, record.topic);
+}
+
+bool TopicTable::define(uint64_t id, std::string_view topic) {
+    if (id == 0 || id > topic_ids_max || topic.size() > topic_bytes_max) return false;
+    const std::optional<std::string_view> old = find(id);
+    if (old && *old == topic) return true;
+    const uint64_t named = named_bytes_ - (old ? old->size() : 0) + topic.size();
+    if (named > topic_dictionary_bytes_max) return false;
+    if (bytes_.size() + topic.size() > 2 * topic_dictionary_bytes_max) {
+        // Only topics given again with other bytes leave bytes no id names: rebuilt once they
+        // fill as much as the bound, so that each define costs its own bytes, amortised.
+        std::string kept;
+        kept.reserve(named_bytes_);
+        for (Slot& slot : slots_) {
+            if (slot.size == undefined) continue;
+            const auto at = static_cast<uint32_t>(kept.size());
+            kept.append(bytes_, slot.offset, slot.size);
+            slot.offset = at;
+        }
+        bytes_.swap(kept);
+    }
+    if (id > slots_.size()) slots_.resize(id);
+    slots_[id - 1] = Slot{static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(topic.size())};
+    bytes_.append(topic);
+    named_bytes_ = named;
+    return true;
 }
 
 }  // namespace tidemark::log

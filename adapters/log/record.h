@@ -127,19 +127,68 @@ inline constexpr uint64_t frame_bytes(uint64_t topic_bytes, uint64_t payload_byt
     return frame_header_bytes + body_prefix_bytes + topic_bytes + payload_bytes;
 }
 
+/// A reader's copy of a segment's topic dictionary: every topic's bytes in one block, and for
+/// each id where its topic lies there. Issue 31: kept as one heap string a topic, ten thousand
+/// topics lay scattered among the engine's allocations, more so each segment over a month, and
+/// the first byte of every record's topic was a cache miss.
+/// Limits: at most topic_ids_max ids and topic_dictionary_bytes_max bytes of topics (a define
+/// past either is refused); a topic given again to an id with other bytes (never written by the
+/// writer: damage or a forged segment) leaves its old bytes in the block until the block holds
+/// twice that bound, when it is rebuilt of the topics still named.
+class TopicTable {
+  public:
+    /// The topic `id` names, viewing the table: valid until the next define() or clear().
+    /// nullopt for an id not defined.
+    std::optional<std::string_view> find(uint64_t id) const {
+        if (id == 0 || id > slots_.size() || slots_[id - 1].size == undefined) return std::nullopt;
+        const Slot& slot = slots_[id - 1];
+        return std::string_view(bytes_.data() + slot.offset, slot.size);
+    }
+    /// Gives `id` (1 to topic_ids_max) its topic; false, changing nothing, when that would take
+    /// the topics named past topic_dictionary_bytes_max or the id past topic_ids_max.
+    bool define(uint64_t id, std::string_view topic);
+    /// One past the highest id defined (ids below it may be undefined).
+    size_t ids() const { return slots_.size(); }
+    /// The bytes of the topics named.
+    uint64_t bytes() const { return named_bytes_; }
+    /// Calls f(id, topic) for every id defined, in order.
+    template <class F>
+    void for_each(F&& f) const {
+        for (size_t i = 0; i < slots_.size(); ++i)
+            if (slots_[i].size != undefined)
+                f(static_cast<uint32_t>(i + 1),
+                  std::string_view(bytes_.data() + slots_[i].offset, slots_[i].size));
+    }
+    /// Empty, keeping its memory for the next segment.
+    void clear() {
+        slots_.clear();
+        bytes_.clear();
+        named_bytes_ = 0;
+    }
+
+  private:
+    static constexpr uint32_t undefined = UINT32_MAX;
+    struct Slot {
+        uint32_t offset = 0;
+        uint32_t size = undefined;
+    };
+
+    std::vector<Slot> slots_;  // slots_[id - 1]
+    std::string bytes_;
+    uint64_t named_bytes_ = 0;
+};
+
 /// What a reader knows of the segment it is in, to decode compact frames: whether an anchor was
 /// read (and its base time), and the topic dictionary so far. Empty at a segment's start.
 struct FrameContext {
     bool compact = false;
     int64_t base_ms = 0;
-    std::vector<std::optional<std::string>> topics;  // topics[id - 1]; nullopt: not defined
-    uint64_t topic_bytes = 0;
+    TopicTable topics;
 
     void clear() {
         compact = false;
         base_ms = 0;
         topics.clear();
-        topic_bytes = 0;
     }
 };
 

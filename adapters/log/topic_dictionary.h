@@ -67,12 +67,11 @@ class TopicDictionary {
         clear();
         compact_ = true;
         base_ms_ = context.base_ms;
-        for (size_t i = 0; i < context.topics.size(); ++i) {
-            if (!context.topics[i]) continue;
-            ids_.emplace(*context.topics[i], Entry{static_cast<uint32_t>(i + 1), 0});
-            bytes_ += context.topics[i]->size();
-        }
-        next_id_ = static_cast<uint32_t>(context.topics.size() + 1);
+        context.topics.for_each([&](uint32_t id, std::string_view topic) {
+            ids_.emplace(std::string(topic), Entry{id, 0});
+        });
+        bytes_ = context.topics.bytes();
+        next_id_ = static_cast<uint32_t>(context.topics.ids() + 1);
     }
 
   private:

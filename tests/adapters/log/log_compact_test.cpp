@@ -259,3 +259,57 @@ TEST_CASE("a record of a message never redelivered reads back as one, with its t
     }
     CHECK(i == want.size());
 }
+
+TEST_CASE("a reader's topic table: one block, ids to their topics, bounded", "[log]") {
+    TopicTable table;
+    REQUIRE(table.define(1, "sensors/a/telemetry"));
+    REQUIRE(table.define(3, ""));
+    CHECK(table.find(1) == std::optional<std::string_view>("sensors/a/telemetry"));
+    CHECK(!table.find(2));
+    CHECK(table.find(3) == std::optional<std::string_view>(""));
+    CHECK(!table.find(0));
+    CHECK(!table.find(4));
+    CHECK(table.ids() == 3);
+    CHECK(table.bytes() == 19);
+    // The topics lie side by side in one block, not each in its own allocation.
+    REQUIRE(table.define(2, "sensors/b/telemetry"));
+    CHECK(table.find(2)->data() == table.find(1)->data() + 19);
+
+    // The same topic again changes nothing; another topic for an id replaces it.
+    REQUIRE(table.define(1, "sensors/a/telemetry"));
+    CHECK(table.bytes() == 38);
+    REQUIRE(table.define(1, "x"));
+    CHECK(table.find(1) == std::optional<std::string_view>("x"));
+    CHECK(table.bytes() == 20);
+
+    std::vector<std::pair<uint32_t, std::string>> seen;
+    table.for_each([&](uint32_t id, std::string_view topic) { seen.emplace_back(id, topic); });
+    CHECK(seen == std::vector<std::pair<uint32_t, std::string>>{
+                      {1, "x"}, {2, "sensors/b/telemetry"}, {3, ""}});
+
+    // Ids and bytes are bounded as the writer's dictionary is: past either, refused, unchanged.
+    CHECK(!table.define(0, "zero"));
+    CHECK(!table.define(topic_ids_max + 1, "too far"));
+    const std::string big(topic_bytes_max, 'b');
+    uint64_t id = 10;
+    while (table.bytes() + big.size() <= topic_dictionary_bytes_max) REQUIRE(table.define(id++, big));
+    const uint64_t full = table.bytes();
+    CHECK(!table.define(id, big));
+    CHECK(table.bytes() == full);
+    CHECK(!table.find(id));
+
+    // An id given other bytes again and again (damage or a forged segment, never the writer)
+    // leaves old bytes behind: the block is rebuilt of the named ones, which read the same.
+    for (int round = 0; round < 200; ++round) {
+        REQUIRE(table.define(10, std::string(topic_bytes_max, static_cast<char>('c' + round % 20))));
+    }
+    CHECK(table.bytes() == full);
+    CHECK(table.find(10) == std::optional<std::string_view>(std::string(topic_bytes_max, 'c' + 199 % 20)));
+    CHECK(table.find(11) == std::optional<std::string_view>(big));
+    CHECK(table.find(2) == std::optional<std::string_view>("sensors/b/telemetry"));
+
+    table.clear();
+    CHECK(table.ids() == 0);
+    CHECK(table.bytes() == 0);
+    CHECK(!table.find(1));
+}
