@@ -184,7 +184,7 @@ Result<bool> EngineHost::flush() {
         for (const lmdb::OutboxRow& row : sink_->rows)
             if (VersionEntry* e = row.version_record ? registry_.find(row.pipeline) : nullptr)
                 e->record_pending = false;
-        sink_->rows.clear();
+        sink_->clear_rows();
         alarms_.set_outbox("");
         if (forwarder_) forwarder_->notify();
         return true;

@@ -76,6 +76,7 @@ Result<size_t> EngineHost::backfill_step(size_t records_max) {
     run.sink().side.clear();
     auto flushed = flush();
     if (!flushed) return std::unexpected(flushed.error());
+    run.sink().take_spares(*sink_);
     if (!*flushed) {
         if (auto rewound = rewind_backfill(run); !rewound) return std::unexpected(rewound.error());
         return *n;

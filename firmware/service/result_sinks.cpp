@@ -27,12 +27,39 @@ void BatchSink::emit(const core::Emission& e) {
     row.after_retract =
         e.kind == core::EmissionKind::update &&
         config_.pipelines[e.pipeline].spec.late.corrections == core::Corrections::retract;
-    // Encoded into the sink's buffer, then copied once at its length: built in the row's own
-    // new string, the payload grew through four or five reallocations (issue 31: over a quarter
-    // of a backfill's result encoding was malloc and free, against replay's one reused line).
+    // Encoded into the memory of an earlier row's payload (clear_rows() keeps it); without one,
+    // into the sink's buffer, then copied once at its length. Built in the row's own new string,
+    // the payload grew through four or five reallocations (issue 31: over a quarter of a
+    // backfill's result encoding was malloc and free, against replay's one reused line).
+    const std::string_view version = config_.pipelines[e.pipeline].spec.version;
+    if (!spare_payloads_.empty()) {
+        row.payload = std::move(spare_payloads_.back());
+        spare_payloads_.pop_back();
+        codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
+                             row.payload, version);
+        return;
+    }
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e, encoded_,
-                         config_.pipelines[e.pipeline].spec.version);
+                         version);
+    // With room for a later result a little longer (more digits), which would otherwise grow it.
+    row.payload.reserve(encoded_.size() + payload_slack_bytes);
     row.payload.assign(encoded_);
+}
+
+void BatchSink::clear_rows() {
+    for (lmdb::OutboxRow& row : rows) {
+        if (spare_payloads_.size() >= spare_payloads_max) break;
+        if (row.payload.capacity() <= spare_payload_bytes_max)
+            spare_payloads_.push_back(std::move(row.payload));
+    }
+    rows.clear();
+}
+
+void BatchSink::take_spares(BatchSink& other) {
+    while (!other.spare_payloads_.empty() && spare_payloads_.size() < spare_payloads_max) {
+        spare_payloads_.push_back(std::move(other.spare_payloads_.back()));
+        other.spare_payloads_.pop_back();
+    }
 }
 
 void BatchSink::late_report(const core::LateReport& r) {

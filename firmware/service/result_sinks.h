@@ -18,14 +18,32 @@ namespace tidemark::firmware {
 /// produced them. The engine host moves `rows` and `side` into the store after each step.
 /// Concurrency: engine thread only.
 /// Limits: holds one step's results (step_records_max records' worth); the caller empties it.
+/// Keeps the memory of up to spare_payloads_max payloads of spare_payload_bytes_max each (1 MiB)
+/// for the rows to come.
 class BatchSink : public ProcessorSink {
   public:
+    /// Payloads whose memory clear_rows() keeps: about a backfill slice's rows (a slice reads
+    /// for up to a tenth of max_live_delay, some 12 k records and 4 k results in
+    /// bench_backfill), no larger ones than spare_payload_bytes_max.
+    static constexpr size_t spare_payloads_max = 2048;
+    static constexpr size_t spare_payload_bytes_max = 512;
+    /// Room a new payload gets past its bytes, for the results that will reuse its memory.
+    static constexpr size_t payload_slack_bytes = 32;
+
     /// `config` must outlive the sink.
     explicit BatchSink(const config::Config& config);
     void emit(const core::Emission& e) override;
     void side_output(const core::SideOutput& s) override;
     void late_report(const core::LateReport& r) override;
     void malformed(uint32_t pipeline, const log::Record& record, std::string_view reason) override;
+
+    /// Empties `rows` once the store has them, keeping their payloads' memory for the next
+    /// results: a backfill emits hundreds of thousands a second, and a payload allocated and
+    /// freed for each of them interleaved with the windows' own allocations (issue 31).
+    void clear_rows();
+    /// Takes the payload memory `other` kept: a backfill run's sink emits the rows the live
+    /// sink stores and clears.
+    void take_spares(BatchSink& other);
 
     std::vector<lmdb::OutboxRow> rows;
     std::vector<lmdb::SideRecord> side;
@@ -38,6 +56,7 @@ class BatchSink : public ProcessorSink {
     uint64_t side_offset_ = UINT64_MAX;
     uint32_t side_ordinal_ = 0;
     std::string encoded_;  // emit()'s encoding buffer, reused
+    std::vector<std::string> spare_payloads_;  // emptied payloads, their memory kept
 };
 
 }  // namespace tidemark::firmware

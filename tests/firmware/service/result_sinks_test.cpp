@@ -139,3 +139,61 @@ TEST_CASE("the side source sends side rows on upstream.side_topic, delivered one
     REQUIRE(after);
     CHECK(after->empty());
 }
+
+TEST_CASE("result rows: the payloads of rows cleared lend their memory to the next ones, "
+          "the bytes the same",
+          "[result_sinks]") {
+    TempDir dir("tm-sinks");
+    const config::Config c = load(dir.path());
+    const auto emission = [](int64_t start_ms, double n) {
+        core::Emission e;
+        e.id = static_cast<uint64_t>(start_ms);
+        e.key = "dev-" + std::to_string(start_ms % 7);
+        e.start_ms = start_ms;
+        e.end_ms = start_ms + 10'000;
+        e.values = {n};
+        return e;
+    };
+    firmware::BatchSink fresh(c);
+    firmware::BatchSink live(c);
+    firmware::BatchSink backfill(c);
+    // Round after round: the backfill's sink emits, the live sink stores and clears its rows,
+    // the backfill's sink takes back their memory.
+    std::vector<const char*> kept;
+    for (int round = 0; round < 3; ++round) {
+        const size_t n = round == 0 ? 10 : firmware::BatchSink::spare_payloads_max + 5;
+        for (size_t i = 0; i < n; ++i) {
+            // Of about the same length each round: within the room a payload keeps.
+            const core::Emission e =
+                emission(static_cast<int64_t>(1'000'000 + round * 100'000 + i), double(i));
+            backfill.emit(e);
+            fresh.emit(e);
+        }
+        REQUIRE(backfill.rows.size() == n);
+        for (size_t i = 0; i < n; ++i) {
+            CHECK(backfill.rows[i].payload == fresh.rows[i].payload);
+            CHECK(backfill.rows[i].key == fresh.rows[i].key);
+        }
+        // The memory of the last round's payloads, in their order.
+        for (size_t i = 0; i < kept.size() && i < n; ++i)
+            CHECK(static_cast<const void*>(backfill.rows[i].payload.data()) ==
+                  static_cast<const void*>(kept[i]));
+        fresh.rows.clear();
+        std::swap(live.rows, backfill.rows);
+        kept.clear();
+        for (size_t i = 0; i < std::min(n, firmware::BatchSink::spare_payloads_max); ++i)
+            kept.push_back(live.rows[i].payload.data());
+        live.clear_rows();
+        CHECK(live.rows.empty());
+        backfill.take_spares(live);
+    }
+    // A payload larger than spare_payload_bytes_max is freed, not kept.
+    firmware::BatchSink once(c);
+    core::Emission big = emission(1, 1);
+    big.key.assign(firmware::BatchSink::spare_payload_bytes_max, 'k');
+    once.emit(big);
+    REQUIRE(once.rows[0].payload.capacity() > firmware::BatchSink::spare_payload_bytes_max);
+    once.clear_rows();
+    once.emit(emission(2, 2));
+    CHECK(once.rows[0].payload.capacity() <= firmware::BatchSink::spare_payload_bytes_max);
+}
