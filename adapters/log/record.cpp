@@ -1,5 +1,7 @@
 #include "adapters/log/record.h"
 
+#include <algorithm>
+
 #include "adapters/log/crc32c.h"
 #include "core/bytes.h"
 
@@ -280,6 +282,12 @@ bool TopicTable::define(uint64_t id, std::string_view topic) {
             slot.offset = at;
         }
         bytes_.swap(kept);
+    }
+    if (bytes_.size() + topic.size() > bytes_.capacity()) {
+        // Doubling, as a string grows, but never past what the block may hold.
+        bytes_.reserve(std::min<uint64_t>(
+            std::max<uint64_t>(2 * bytes_.capacity(), bytes_.size() + topic.size()),
+            block_bytes_max));
     }
     if (id > slots_.size()) slots_.resize(id);
     slots_[id - 1] = Slot{static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(topic.size())};

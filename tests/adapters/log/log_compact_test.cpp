@@ -304,6 +304,8 @@ TEST_CASE("a reader's topic table: one block, ids to their topics, bounded", "[l
         REQUIRE(table.define(10, std::string(topic_bytes_max, static_cast<char>('c' + round % 20))));
     }
     CHECK(table.bytes() == full);
+    CHECK(table.memory_bytes() <= 2 * topic_dictionary_bytes_max + topic_bytes_max +
+                                      topic_ids_max * 8);
     CHECK(table.find(10) == std::optional<std::string_view>(std::string(topic_bytes_max, 'c' + 199 % 20)));
     CHECK(table.find(11) == std::optional<std::string_view>(big));
     CHECK(table.find(2) == std::optional<std::string_view>("sensors/b/telemetry"));
