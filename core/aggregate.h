@@ -185,7 +185,6 @@ class SketchList {
     static size_t pooled_bytes();
 
   private:
-    // The count, then the sketches at their alignment.
     static constexpr size_t header_bytes = std::max(sizeof(size_t), alignof(QuantileSketch));
 
     static QuantileSketch* sketches(std::byte* block) {
@@ -221,7 +220,6 @@ class SketchList {
     // grew to 5-7 % of a month's backfill (issue 31).
     static std::byte* allocate_block(size_t n);
     static void free_block(std::byte* block, size_t n);
-
 
     std::byte* block_ = nullptr;
 };
