@@ -290,7 +290,8 @@ bool TopicTable::define(uint64_t id, std::string_view topic) {
             block_bytes_max));
     }
     if (id > slots_.size()) slots_.resize(id);
-    slots_[id - 1] = Slot{static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(topic.size())};
+    slots_[id - 1] =
+        Slot{static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(topic.size())};
     bytes_.append(topic);
     named_bytes_ = named;
     return true;

@@ -31,16 +31,15 @@ void BatchSink::emit(const core::Emission& e) {
     // into the sink's buffer, then copied once at its length. Built in the row's own new string,
     // the payload grew through four or five reallocations (issue 31: over a quarter of a
     // backfill's result encoding was malloc and free, against replay's one reused line).
-    const std::string_view version = config_.pipelines[e.pipeline].spec.version;
-    if (!spare_payloads_.empty()) {
+    const bool reused = !spare_payloads_.empty();
+    if (reused) {
         row.payload = std::move(spare_payloads_.back());
         spare_payloads_.pop_back();
-        codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
-                             row.payload, version);
-        return;
     }
-    codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e, encoded_,
-                         version);
+    codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
+                         reused ? row.payload : encoded_,
+                         config_.pipelines[e.pipeline].spec.version);
+    if (reused) return;
     // With room for a later result a little longer (more digits), which would otherwise grow it.
     row.payload.reserve(encoded_.size() + payload_slack_bytes);
     row.payload.assign(encoded_);

@@ -55,7 +55,7 @@ class BatchSink : public ProcessorSink {
     std::vector<std::vector<std::string>> aggregate_names_;
     uint64_t side_offset_ = UINT64_MAX;
     uint32_t side_ordinal_ = 0;
-    std::string encoded_;  // emit()'s encoding buffer, reused
+    std::string encoded_;                      // emit()'s encoding buffer, reused
     std::vector<std::string> spare_payloads_;  // emptied payloads, their memory kept
 };
 

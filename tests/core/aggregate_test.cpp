@@ -348,10 +348,10 @@ TEST_CASE("a closed window's sketch block waits for the next window's, within a 
     // finds a block it leaves behind).
     std::thread([] {
         const AggregateSet set({spec("p95", AggregateFn::quantile, 0, 0.95)}, QuantileOptions{});
-        const AggregateSet three({spec("p50", AggregateFn::quantile, 0, 0.5),
-                                  spec("p90", AggregateFn::quantile, 0, 0.9),
-                                  spec("p99", AggregateFn::quantile, 0, 0.99)},
-                                 QuantileOptions{});
+        const AggregateSet three(
+            {spec("p50", AggregateFn::quantile, 0, 0.5), spec("p90", AggregateFn::quantile, 0, 0.9),
+             spec("p99", AggregateFn::quantile, 0, 0.99)},
+            QuantileOptions{});
         REQUIRE(SketchList::pooled_bytes() == 0);
         const void* freed = nullptr;
         {

@@ -292,7 +292,8 @@ TEST_CASE("a reader's topic table: one block, ids to their topics, bounded", "[l
     CHECK(!table.define(topic_ids_max + 1, "too far"));
     const std::string big(topic_bytes_max, 'b');
     uint64_t id = 10;
-    while (table.bytes() + big.size() <= topic_dictionary_bytes_max) REQUIRE(table.define(id++, big));
+    while (table.bytes() + big.size() <= topic_dictionary_bytes_max)
+        REQUIRE(table.define(id++, big));
     const uint64_t full = table.bytes();
     CHECK(!table.define(id, big));
     CHECK(table.bytes() == full);
@@ -301,12 +302,14 @@ TEST_CASE("a reader's topic table: one block, ids to their topics, bounded", "[l
     // An id given other bytes again and again (damage or a forged segment, never the writer)
     // leaves old bytes behind: the block is rebuilt of the named ones, which read the same.
     for (int round = 0; round < 200; ++round) {
-        REQUIRE(table.define(10, std::string(topic_bytes_max, static_cast<char>('c' + round % 20))));
+        REQUIRE(
+            table.define(10, std::string(topic_bytes_max, static_cast<char>('c' + round % 20))));
     }
     CHECK(table.bytes() == full);
-    CHECK(table.memory_bytes() <= 2 * topic_dictionary_bytes_max + topic_bytes_max +
-                                      topic_ids_max * 8);
-    CHECK(table.find(10) == std::optional<std::string_view>(std::string(topic_bytes_max, 'c' + 199 % 20)));
+    CHECK(table.memory_bytes() <=
+          2 * topic_dictionary_bytes_max + topic_bytes_max + topic_ids_max * 8);
+    CHECK(table.find(10) ==
+          std::optional<std::string_view>(std::string(topic_bytes_max, 'c' + 199 % 20)));
     CHECK(table.find(11) == std::optional<std::string_view>(big));
     CHECK(table.find(2) == std::optional<std::string_view>("sensors/b/telemetry"));
 

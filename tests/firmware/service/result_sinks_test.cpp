@@ -140,9 +140,10 @@ TEST_CASE("the side source sends side rows on upstream.side_topic, delivered one
     CHECK(after->empty());
 }
 
-TEST_CASE("result rows: the payloads of rows cleared lend their memory to the next ones, "
-          "the bytes the same",
-          "[result_sinks]") {
+TEST_CASE(
+    "result rows: the payloads of rows cleared lend their memory to the next ones, "
+    "the bytes the same",
+    "[result_sinks]") {
     TempDir dir("tm-sinks");
     const config::Config c = load(dir.path());
     const auto emission = [](int64_t start_ms, double n) {
