@@ -35,6 +35,7 @@ void BatchSink::emit(const core::Emission& e) {
     if (reused) {
         row.payload = std::move(spare_payloads_.back());
         spare_payloads_.pop_back();
+        spare_bytes_ -= row.payload.capacity();
     }
     codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
                          reused ? row.payload : encoded_,
@@ -47,17 +48,23 @@ void BatchSink::emit(const core::Emission& e) {
 
 void BatchSink::clear_rows() {
     for (lmdb::OutboxRow& row : rows) {
-        if (spare_payloads_.size() >= spare_payloads_max) break;
-        if (row.payload.capacity() <= spare_payload_bytes_max)
-            spare_payloads_.push_back(std::move(row.payload));
+        const size_t bytes = row.payload.capacity();
+        if (bytes > spare_payload_bytes_max || bytes < 32) continue;  // 32: not a short one's own
+        if (spare_bytes_ + bytes > spare_bytes_max) break;
+        spare_payloads_.push_back(std::move(row.payload));
+        spare_bytes_ += bytes;
     }
     rows.clear();
 }
 
 void BatchSink::take_spares(BatchSink& other) {
-    while (!other.spare_payloads_.empty() && spare_payloads_.size() < spare_payloads_max) {
+    while (!other.spare_payloads_.empty()) {
+        const size_t bytes = other.spare_payloads_.back().capacity();
+        if (spare_bytes_ + bytes > spare_bytes_max) break;
         spare_payloads_.push_back(std::move(other.spare_payloads_.back()));
         other.spare_payloads_.pop_back();
+        other.spare_bytes_ -= bytes;
+        spare_bytes_ += bytes;
     }
 }
 

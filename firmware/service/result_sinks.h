@@ -18,14 +18,15 @@ namespace tidemark::firmware {
 /// produced them. The engine host moves `rows` and `side` into the store after each step.
 /// Concurrency: engine thread only.
 /// Limits: holds one step's results (step_records_max records' worth); the caller empties it.
-/// Keeps the memory of up to spare_payloads_max payloads of spare_payload_bytes_max each (1 MiB)
-/// for the rows to come.
+/// Keeps the memory of emptied payloads for the rows to come: at most spare_bytes_max (2 MiB) in
+/// all, none larger than spare_payload_bytes_max.
 class BatchSink : public ProcessorSink {
   public:
-    /// Payloads whose memory clear_rows() keeps: about a backfill slice's rows (a slice reads
-    /// for up to a tenth of max_live_delay, some 12 k records and 4 k results in
-    /// bench_backfill), no larger ones than spare_payload_bytes_max.
-    static constexpr size_t spare_payloads_max = 2048;
+    /// Payload memory clear_rows() keeps, by capacity: most of a backfill slice's rows when the
+    /// windows of 10 k keys close in it (some 290 bytes each in bench_backfill, so about 7,000;
+    /// 2,048 payloads, the bound before, left four in five of them to malloc). Bounded for
+    /// CONFIG.md's memory sum; no payload larger than spare_payload_bytes_max.
+    static constexpr size_t spare_bytes_max = size_t{2} << 20;
     static constexpr size_t spare_payload_bytes_max = 512;
     /// Room a new payload gets past its bytes, for the results that will reuse its memory.
     static constexpr size_t payload_slack_bytes = 32;
@@ -44,6 +45,8 @@ class BatchSink : public ProcessorSink {
     /// Takes the payload memory `other` kept: a backfill run's sink emits the rows the live
     /// sink stores and clears.
     void take_spares(BatchSink& other);
+    /// The memory the spare payloads hold (their capacities), at most spare_bytes_max.
+    size_t spare_bytes() const { return spare_bytes_; }
 
     std::vector<lmdb::OutboxRow> rows;
     std::vector<lmdb::SideRecord> side;
@@ -57,6 +60,7 @@ class BatchSink : public ProcessorSink {
     uint32_t side_ordinal_ = 0;
     std::string encoded_;                      // emit()'s encoding buffer, reused
     std::vector<std::string> spare_payloads_;  // emptied payloads, their memory kept
+    size_t spare_bytes_ = 0;                   // their capacities' sum
 };
 
 }  // namespace tidemark::firmware

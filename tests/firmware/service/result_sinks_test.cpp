@@ -162,7 +162,8 @@ TEST_CASE(
     // the backfill's sink takes back their memory.
     std::vector<const char*> kept;
     for (int round = 0; round < 3; ++round) {
-        const size_t n = round == 0 ? 10 : firmware::BatchSink::spare_payloads_max + 5;
+        // More than the bound keeps (each payload takes more than 64 bytes).
+        const size_t n = round == 0 ? 10 : firmware::BatchSink::spare_bytes_max / 64 + 5;
         for (size_t i = 0; i < n; ++i) {
             // Of about the same length each round: within the room a payload keeps.
             const core::Emission e =
@@ -182,11 +183,24 @@ TEST_CASE(
         fresh.rows.clear();
         std::swap(live.rows, backfill.rows);
         kept.clear();
-        for (size_t i = 0; i < std::min(n, firmware::BatchSink::spare_payloads_max); ++i)
+        size_t kept_bytes = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const size_t bytes = live.rows[i].payload.capacity();
+            if (kept_bytes + bytes > firmware::BatchSink::spare_bytes_max) break;
             kept.push_back(live.rows[i].payload.data());
+            kept_bytes += bytes;
+        }
         live.clear_rows();
         CHECK(live.rows.empty());
+        CHECK(live.spare_bytes() == kept_bytes);
+        // Within the bound, and all of it but less than a payload once rows overflow it.
+        CHECK(kept_bytes <= firmware::BatchSink::spare_bytes_max);
+        if (round > 0)
+            CHECK(kept_bytes + firmware::BatchSink::spare_payload_bytes_max >
+                  firmware::BatchSink::spare_bytes_max);
         backfill.take_spares(live);
+        CHECK(live.spare_bytes() == 0);
+        CHECK(backfill.spare_bytes() == kept_bytes);
     }
     // A payload larger than spare_payload_bytes_max is freed, not kept.
     firmware::BatchSink once(c);
