@@ -297,6 +297,23 @@ void Engine::prefetch(std::span<const uint32_t> pipelines, std::string_view key,
     each([&](detail::PipelineRun& run) { run.prefetch_window(key, hash); });
 }
 
+uint64_t Engine::key_hash(std::string_view key) {
+    return detail::hash_name(key);
+}
+
+// A pipeline of scope partition keys its table by a composite name when the partition is not
+// the key, which the key alone does not hash to: it gets no hint.
+void Engine::prefetch_ahead(std::span<const uint32_t> pipelines, const AheadHashes& h) const {
+    for (const uint32_t p : pipelines) {
+        const detail::PipelineRun& run = *impl_->pipelines[p];
+        if (run.keys_composite()) continue;
+        if (h.slots != 0) run.prefetch_slot(h.slots);
+        if (h.keys != 0) run.prefetch_key(h.keys);
+        if (h.windows != 0) run.prefetch_key_window(h.windows);
+        if (h.states != 0) run.prefetch_key_state(h.states);
+    }
+}
+
 const PipelineStats& Engine::stats(uint32_t pipeline) const {
     TM_ASSERT(pipeline < impl_->pipelines.size());
     return impl_->pipelines[pipeline]->stats();

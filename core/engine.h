@@ -127,6 +127,21 @@ class Engine {
     /// record wait for memory once rather than one after another (issue 31).
     void prefetch(std::span<const uint32_t> pipelines, std::string_view key,
                   std::string_view partition);
+    /// Hints for the records ahead, with no effect on results (issue 31): the records before
+    /// one are processed while its state loads. With the hash of each one's key (key_hash; 0:
+    /// no hint), the rounds for four records, the first the furthest ahead: the hash slots
+    /// `pipelines` probe for its key; the key state stored there; that key's newest window and
+    /// its partition; the window's quantile sketch and the partition's place in the watermark.
+    /// Called once per record, each record gets the four rounds in turn, each loading what the
+    /// round before it found. Pipelines whose keys are composite (scope partition) get none.
+    static uint64_t key_hash(std::string_view key);
+    struct AheadHashes {
+        uint64_t slots = 0;
+        uint64_t keys = 0;
+        uint64_t windows = 0;
+        uint64_t states = 0;
+    };
+    void prefetch_ahead(std::span<const uint32_t> pipelines, const AheadHashes& hashes) const;
 
     const PipelineStats& stats(uint32_t pipeline) const;
 

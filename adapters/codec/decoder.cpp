@@ -266,6 +266,27 @@ bool Decoder::matches(std::string_view topic) const noexcept {
     return topic_matches(impl_->spec.topic_filter, topic);
 }
 
+bool Decoder::key_is_topic_level() const noexcept {
+    const std::vector<KeySource>& key = impl_->spec.key;
+    return key.size() == 1 && key[0].kind == KeySource::topic_level;
+}
+
+// topic_level_of's answer, by a plain scan: topics are short, and a call of memchr per level
+// cost more than the scan (this runs for every record a batch reads ahead).
+std::optional<std::string_view> Decoder::key_of_topic(std::string_view topic) const noexcept {
+    TM_ASSERT(key_is_topic_level());
+    int level = impl_->spec.key[0].level;
+    size_t start = 0;
+    for (size_t i = 0; i < topic.size(); ++i) {
+        if (topic[i] != '/') continue;
+        if (level == 0) return topic.substr(start, i - start);
+        --level;
+        start = i + 1;
+    }
+    if (level == 0) return topic.substr(start);
+    return std::nullopt;
+}
+
 DecodeStatus Decoder::decode(PayloadParser& parser, std::string_view topic,
                              std::string_view payload, int64_t ingest_ms, uint64_t order,
                              DecodedEvent& out) const {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -173,6 +174,15 @@ class Decoder {
 
     /// Does `topic` match this pipeline's topic filter?
     bool matches(std::string_view topic) const noexcept;
+
+    /// Whether the key is one topic level (not composite, not a JSON pointer): then
+    /// key_of_topic() gives it without the payload.
+    bool key_is_topic_level() const noexcept;
+    /// The key decode() makes of a message on `topic`, for a decoder whose key_is_topic_level(),
+    /// as a view into `topic`; nothing when the topic has no such level. For prefetching a
+    /// record's state before its payload is parsed: the filter, the key's length and its
+    /// emptiness are not checked.
+    std::optional<std::string_view> key_of_topic(std::string_view topic) const noexcept;
 
     /// Whether `other` makes the same event of every message but for the fields: the same topic
     /// filter, key, partition and timestamp. Several pipelines over one telemetry usually do.

@@ -197,8 +197,27 @@ Result<bool> LogReader::skip_damage(uint64_t end_offset_max) {
 }
 
 Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
+    return read_next(out, end_offset_max, true);
+}
+
+Result<size_t> LogReader::next_batch(std::span<Record> out, uint64_t end_offset_max) {
+    size_t n = 0;
+    while (n < out.size()) {
+        auto got = read_next(out[n], end_offset_max, n == 0);
+        // An error after the first: those read are returned, and the next call meets it again
+        // (the position stays at the frame that caused it).
+        if (!got && n > 0) break;
+        if (!got) return std::unexpected(got.error());
+        if (!*got) break;
+        ++n;
+    }
+    return n;
+}
+
+Result<bool> LogReader::read_next(Record& out, uint64_t end_offset_max, bool may_read) {
     if (position_ >= end_offset_max) return false;
     if (!source_) {
+        if (!may_read) return false;
         // The log had no segment yet: tail until the writer creates the one at position_.
         auto opened = open_segment(position_);
         if (!opened) return std::unexpected(opened.error());
@@ -213,6 +232,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
         FrameStatus status = decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_),
                                           context_, position_, out, frame, info);
         if (frame_decodes(status)) {
+            if (!may_read && info.defines_topic) return false;
             out.offset = position_;
             out.next_offset = position_ + frame;
             begin_ += frame;
@@ -233,6 +253,7 @@ Result<bool> LogReader::next(Record& out, uint64_t end_offset_max) {
                         std::to_string(position_) +
                         " has an unknown type; it was written by a newer tidemark");
         }
+        if (!may_read) return false;  // damage, or the frame is not all buffered
         if (status == FrameStatus::bad_length || status == FrameStatus::bad_crc) {
             auto skipped = skip_damage(end_offset_max);
             if (!skipped) return std::unexpected(skipped.error());

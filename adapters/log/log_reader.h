@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,13 @@ class LogReader {
     /// writer's end_offset() or durable_offset() to read exactly what it has published). The
     /// position moves on a false return only past damage skipped up to end_offset_max.
     Result<bool> next(Record& out, uint64_t end_offset_max = UINT64_MAX);
+    /// Up to out.size() records, as next() returns them one by one, whose views all stay valid
+    /// until the next call to next() or next_batch(): a caller may look at the records ahead of
+    /// the one it processes (issue 31). The batch ends early where next() would read the file
+    /// again or skip damage, before a frame that defines a topic (the dictionary's block may
+    /// move), and where next() returns false. Returns how many; 0 means what next() returning
+    /// false means.
+    Result<size_t> next_batch(std::span<Record> out, uint64_t end_offset_max = UINT64_MAX);
     /// The offset of the record the next call to next() returns.
     uint64_t position() const { return position_; }
     /// The damage skipped so far by this reader.
@@ -82,6 +90,9 @@ class LogReader {
   private:
     LogReader(std::string dir, ReaderOptions options);
     void close_segment();
+    /// next(); with `may_read` false it returns false instead of reading the file, skipping
+    /// damage or applying a topic definition (the rest of a batch, see next_batch).
+    Result<bool> read_next(Record& out, uint64_t end_offset_max, bool may_read);
     Result<bool> open_segment(uint64_t first_offset);  // false: no such file
     Result<size_t> fill(uint64_t bytes_needed);        // bytes buffered from position_ on
     Result<bool> next_segment_exists();

@@ -75,6 +75,12 @@ class PipelineRun {
     void prefetch_slot(uint64_t hash) const;
     void prefetch_key(uint64_t hash) const;
     void prefetch_window(std::string_view key, uint64_t hash);
+    // prefetch_window's loads for the first key stored under `hash`, not compared by name and
+    // not kept for process() (Engine::prefetch_ahead_windows, for a record ahead).
+    void prefetch_key_window(uint64_t hash) const;
+    // The round after prefetch_key_window's, once the window and partition it loads are in:
+    // the window's quantile sketch and the partition's leaf of low_tree_.
+    void prefetch_key_state(uint64_t hash) const;
     bool keys_composite() const { return scope_partition_; }
     const PipelineStats& stats();
 
@@ -459,6 +465,24 @@ TM_HOT void PipelineRun::prefetch_window(std::string_view key, uint64_t hash) {
         __builtin_prefetch(u + 63);
     }
     if (k->partition) __builtin_prefetch(k->partition);
+}
+
+TM_HOT void PipelineRun::prefetch_key_window(uint64_t hash) const {
+    const KeyState* k = keys_.probe_hash(hash);
+    if (!k) return;
+    if (!k->units.empty()) {
+        const char* u = reinterpret_cast<const char*>(&k->units.back());
+        __builtin_prefetch(u);
+        __builtin_prefetch(u + 63);
+    }
+    if (k->partition) __builtin_prefetch(k->partition);
+}
+
+TM_HOT void PipelineRun::prefetch_key_state(uint64_t hash) const {
+    const KeyState* k = keys_.probe_hash(hash);
+    if (!k) return;
+    if (!k->units.empty()) k->units.back().state.sketches.prefetch();
+    if (k->partition && !scope_partition_) low_tree_.prefetch(k->partition->index);
 }
 
 // Nothing for a clock step to do but move the clock: no partition can go idle yet, none

@@ -45,6 +45,11 @@ class WatermarkTree {
         }
     }
 
+    /// A hint, no effect: starts to load index's leaf, which a set() will write.
+    void prefetch(uint32_t index) const {
+        if (index < capacity_) __builtin_prefetch(&tree_[capacity_ + index]);
+    }
+
     /// The minimum over partitions that are not idle (time_max when none).
     int64_t minimum() const { return capacity_ == 0 ? time_max : tree_[1]; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 
 #include "adapters/codec/decoder.h"
 #include "adapters/codec/topic.h"
@@ -63,6 +64,21 @@ struct Processor::Impl {
     std::vector<SharedFields> shared_fields;  // indexed by pipeline
     std::unique_ptr<Group[]> groups;          // at most one per pipeline (Group cannot move)
     uint64_t record_serial = 0;
+
+    // Records ahead (issue 31): feed_until reads the log in batches (batch_records) whose records
+    // all stay valid (LogReader::next_batch), so that a record's key state is in memory when its
+    // turn comes instead of being waited for by it. For each group whose key is a topic level
+    // (known from the record's topic, before its payload is parsed), the record ahead_records after
+    // the one fed starts to load the hash slot of its key; at each record fed after that, the next
+    // of what that loads points to: the key state, its newest window and partition, the
+    // window's quantile sketch and the partition's watermark leaf. Hints only: a wrong one (a
+    // record the group does not match, a key the pipeline does not hold yet) costs a load, and
+    // results never depend on them.
+    static constexpr size_t batch_records = 32;
+    static constexpr size_t ahead_records = 4;
+    std::vector<log::Record> batch = std::vector<log::Record>(batch_records);
+    std::vector<uint32_t> ahead_groups;  // groups whose key is a topic level
+    std::vector<uint64_t> ahead_hashes;  // [record in batch][ahead group]; 0: no hint
 };
 
 Processor::Processor(config::Config config, std::unique_ptr<core::Engine> engine,
@@ -103,6 +119,10 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
     impl->groups = std::make_unique<Impl::Group[]>(groups);
     for (uint32_t i = 0; i < impl->group_of.size(); ++i)
         impl->groups[impl->group_of[i]].members.push_back(i);
+    for (uint32_t g = 0; g < groups; ++g)
+        if (impl->decoders[impl->groups[g].members.front()].key_is_topic_level())
+            impl->ahead_groups.push_back(g);
+    impl->ahead_hashes.resize(Impl::batch_records * impl->ahead_groups.size());
     impl->shared_fields_of.resize(impl->decoders.size());
     impl->shared_fields.resize(impl->decoders.size());
     for (uint32_t i = 0; i < impl->decoders.size(); ++i) {
@@ -124,25 +144,60 @@ Result<std::unique_ptr<Processor>> Processor::create(const config::Config& confi
 FeedResult Processor::feed_until(log::LogReader& reader, uint64_t end_offset, size_t records_max,
                                  ProcessorSink& sink, const FeedFilter& filter) {
     FeedResult result;
-    log::Record rec;
+    Impl& d = *impl_;
     while (result.records_read < records_max) {
-        auto next = reader.next(rec, end_offset);
-        if (!next) {
-            result.status = std::unexpected(next.error());
+        // No more than records_max: the caller goes on from the reader's position.
+        const size_t want = std::min(d.batch.size(), records_max - result.records_read);
+        auto got = reader.next_batch(std::span(d.batch.data(), want), end_offset);
+        if (!got) {
+            result.status = std::unexpected(got.error());
             break;
         }
-        if (!*next) break;
-        if (filter.to_ingest_ms && rec.ingest_ms >= *filter.to_ingest_ms) {
-            result.reached_to = true;
-            break;
+        if (*got == 0) break;
+        const size_t n = *got;
+        for (size_t j = 0; j < std::min(n, Impl::ahead_records); ++j)
+            prefetch_ahead(j);
+        for (size_t j = 0; j < n; ++j) {
+            const log::Record& rec = d.batch[j];
+            if (filter.to_ingest_ms && rec.ingest_ms >= *filter.to_ingest_ms) {
+                result.reached_to = true;
+                return result;
+            }
+            result.next_offset = rec.next_offset;
+            ++result.records_read;
+            if (j + Impl::ahead_records < n) prefetch_ahead(j + Impl::ahead_records);
+            if (rec.ingest_ms < filter.from_ingest_ms) continue;
+            feed(rec, sink);
+            ++result.records_fed;
         }
-        result.next_offset = rec.next_offset;
-        ++result.records_read;
-        if (rec.ingest_ms < filter.from_ingest_ms) continue;
-        feed(rec, sink);
-        ++result.records_fed;
     }
     return result;
+}
+
+// Record `j` of the batch gets its key's hash and the first round (its hash slots); the three
+// records before it the rounds after (see Impl).
+void Processor::prefetch_ahead(size_t j) {
+    Impl& d = *impl_;
+    const size_t groups = d.ahead_groups.size();
+    if (groups == 0) return;
+    const log::Record& rec = d.batch[j];
+    uint64_t* hashes = &d.ahead_hashes[j * groups];
+    const auto before = [&](size_t back, size_t i) {
+        return j >= back ? d.ahead_hashes[(j - back) * groups + i] : 0;
+    };
+    for (size_t i = 0; i < groups; ++i) {
+        const Impl::Group& group = d.groups[d.ahead_groups[i]];
+        const codec::Decoder& decoder = d.decoders[group.members.front()];
+        hashes[i] = 0;
+        // With one group, a record it does not match costs a wasted load; with several, each
+        // loads only for the records it matches.
+        if (rec.type == log::RecordType::message && (groups == 1 || decoder.matches(rec.topic))) {
+            const std::optional<std::string_view> key = decoder.key_of_topic(rec.topic);
+            if (key && !key->empty()) hashes[i] = core::Engine::key_hash(*key);
+        }
+        engine_->prefetch_ahead(group.members,
+                                {hashes[i], before(1, i), before(2, i), before(3, i)});
+    }
 }
 
 void Processor::feed(const log::Record& record, ProcessorSink& sink) {

@@ -37,8 +37,8 @@ std::vector<std::vector<std::string>> aggregate_names(const config::Config& conf
 /// Which records of the log feed_until() feeds: those whose ingest time is in
 /// [from_ingest_ms, to_ingest_ms). Records before from_ingest_ms are read and passed over
 /// (a backfill's backfill.from, replay --from); the first at or after to_ingest_ms, when there
-/// is one, ends the feed unfed and uncounted, with the reader past it (replay --to: the caller
-/// reads no more).
+/// is one, ends the feed unfed and uncounted, with the reader past it and maybe past some after
+/// it, read in the same batch (replay --to: the caller reads no more).
 struct FeedFilter {
     int64_t from_ingest_ms = INT64_MIN;
     std::optional<int64_t> to_ingest_ms;
@@ -122,6 +122,8 @@ class Processor {
 
   private:
     struct Impl;
+    /// feed_until's hints for record `j` of its batch and the three before it (see Impl).
+    void prefetch_ahead(size_t j);
     Processor(config::Config config, std::unique_ptr<core::Engine> engine,
               std::unique_ptr<Impl> impl);
     config::Config config_;

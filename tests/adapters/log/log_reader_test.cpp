@@ -166,3 +166,132 @@ TEST_CASE("a zero-filled tail reads as the end; an incomplete frame too", "[log]
     Record rec;
     REQUIRE_FALSE(reader->next(rec, size + 100).has_value());
 }
+
+namespace {
+
+// Reads the whole log in batches of up to `batch` records, keeping each batch's records only
+// once all of them are read (their views must hold together), alternating with single next()
+// calls when `mixed`. Counts the batches that ended early while more followed.
+std::vector<Owned> read_batched(const std::string& dir, size_t batch, bool mixed,
+                                ReaderOptions options, size_t* short_batches = nullptr,
+                                size_t* long_batches = nullptr, uint64_t bound = UINT64_MAX) {
+    auto reader = LogReader::open(dir, options).value();
+    std::vector<Record> records(batch);
+    std::vector<Owned> out;
+    for (size_t round = 0;; ++round) {
+        if (mixed && round % 3 == 2) {
+            Record rec;
+            auto more = reader->next(rec, bound);
+            REQUIRE(more.has_value());
+            if (!*more) break;
+            out.push_back(own(rec));
+            continue;
+        }
+        auto got = reader->next_batch(std::span(records), bound);
+        INFO((got ? std::string() : got.error().message));
+        REQUIRE(got.has_value());
+        if (*got == 0) break;
+        REQUIRE(*got <= batch);
+        for (size_t i = 0; i < *got; ++i)
+            out.push_back(own(records[i]));
+        if (short_batches && *got < batch) ++*short_batches;
+        if (long_batches && *got > 1) ++*long_batches;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a batch read gives next()'s records, whose views hold together", "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path(), 64 << 10));
+    // Few topics, so that most frames refer to a topic defined before; a new one now and then
+    // (a definition ends a batch), ticks and malformed records between.
+    std::vector<Owned> expected;
+    for (size_t i = 0; i < 3000; ++i) {
+        const auto t = static_cast<int64_t>(i);
+        if (i % 97 == 5) {
+            expected.push_back(append(*writer, RecordType::tick, t, "$tick", ""));
+            continue;
+        }
+        if (i % 211 == 7) {
+            auto offset = writer->append_malformed(t, "oversized: test", "s/9", "p");
+            REQUIRE(offset.has_value());
+            continue;
+        }
+        const std::string topic = "s/" + std::to_string(i % 400 < 390 ? i % 7 : i);
+        expected.push_back(
+            append(*writer, RecordType::message, t, topic, payload_of(i, 20 + i % 60)));
+    }
+    writer.reset();
+    REQUIRE(list_segments(tmp.path())->size() >= 2);
+    // What next() reads, one by one (the malformed records included).
+    const std::vector<Owned> one_by_one = read_all(tmp.path());
+    REQUIRE(one_by_one.size() > expected.size());
+
+    for (const uint64_t buffer : {uint64_t{1} << 20, uint64_t{4096}, uint64_t{300}}) {
+        for (const size_t batch : {size_t{1}, size_t{16}, size_t{128}}) {
+            for (const bool mixed : {false, true}) {
+                INFO("buffer " << buffer << ", batch " << batch << (mixed ? ", mixed" : ""));
+                ReaderOptions options;
+                options.buffer_bytes = buffer;
+                size_t short_batches = 0, long_batches = 0;
+                REQUIRE(read_batched(tmp.path(), batch, mixed, options, &short_batches,
+                                     &long_batches) == one_by_one);
+                if (batch > 1 && !mixed) {
+                    CHECK(long_batches > 0);
+                    // Ended early at the buffer's end, at a definition, at a segment's end.
+                    CHECK(short_batches > 1);
+                }
+            }
+        }
+    }
+    // Bounded below the end: no record at or past the bound.
+    const uint64_t bound = one_by_one[one_by_one.size() / 2].offset;
+    std::vector<Owned> below;
+    for (const Owned& r : one_by_one)
+        if (r.offset < bound) below.push_back(r);
+    CHECK(read_batched(tmp.path(), 64, false, {}, nullptr, nullptr, bound) == below);
+}
+
+TEST_CASE("a batch read skips damage as next() does", "[log]") {
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path(), 4000));
+    std::vector<Owned> expected;
+    for (size_t i = 0; i < 400; ++i)
+        expected.push_back(append(*writer, RecordType::message, static_cast<int64_t>(i),
+                                  "s/" + std::to_string(i % 5), payload_of(i, 30)));
+    writer.reset();
+    // A topic's definition (record 3: what refers to it up to the next anchor is lost with
+    // it), a record referring to one, the newest segment's second-to-last record.
+    for (size_t victim : {size_t{3}, size_t{150}, expected.size() - 2}) {
+        INFO("victim " << victim);
+        TempDir copy;
+        std::filesystem::copy(tmp.path(), copy.sub("log"));
+        const Owned& bad = expected[victim];
+        SegmentFile seg = segment_holding(copy.sub("log"), bad.offset);
+        flip_byte(seg.path, bad.offset - seg.first_offset + (bad.next_offset - bad.offset) / 2);
+        auto one_by_one = LogReader::open(copy.sub("log")).value();
+        std::vector<Owned> want;
+        Record rec;
+        while (one_by_one->next(rec).value())
+            want.push_back(own(rec));
+        REQUIRE(want.size() < expected.size());
+        if (victim != 3) CHECK(want == without(expected, {victim}));
+
+        std::vector<Owned> got;
+        auto reader = LogReader::open(copy.sub("log")).value();
+        std::vector<Record> records(32);
+        while (true) {
+            auto n = reader->next_batch(std::span(records));
+            REQUIRE(n.has_value());
+            if (*n == 0) break;
+            for (size_t i = 0; i < *n; ++i)
+                got.push_back(own(records[i]));
+        }
+        CHECK(got == want);
+        CHECK(reader->stats().damaged_regions == one_by_one->stats().damaged_regions);
+        CHECK(reader->stats().damaged_bytes == one_by_one->stats().damaged_bytes);
+        CHECK(reader->stats().damaged_regions >= 1);
+    }
+}

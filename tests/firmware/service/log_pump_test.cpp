@@ -123,6 +123,8 @@ TEST_CASE("a step stops at its record bound and at its end offset, and says wher
     CHECK(fed.records_read == 10);
     CHECK(fed.records_fed == 10);
     CHECK(fed.next_offset == offsets[10]);
+    // The reader is there too, though feed_until reads in batches: the next step goes on from it.
+    CHECK((*reader)->position() == offsets[10]);
     // Only records that start before the end offset (the durable end, a backfill's live
     // position).
     fed = (*processor)->feed_until(**reader, offsets[15], 100, sink);
@@ -164,4 +166,88 @@ TEST_CASE("an ingest-time range feeds only its records; earlier ones are read an
     REQUIRE_FALSE(sink.lines.empty());
     CHECK(sink.lines.front().find(R"("start":)" + std::to_string(t0_ms + 50'000)) !=
           std::string::npos);
+}
+
+TEST_CASE("records read ahead give the results of records fed one by one", "[log_pump]") {
+    // feed_until reads the log in batches and starts loading the state of the records ahead of
+    // the one it feeds (issue 31): hints that must change nothing. Against Processor::feed
+    // record by record, over pipelines of every kind of key: a topic level (two groups of
+    // different topic filters, one of two pipelines), a JSON pointer, a composite key, a
+    // partition watermark; over keys created, forgotten and created again.
+    TempDir dir("tm-pump");
+    const std::string json = R"({"node_id": "gw", "data_dir": "/tmp",
+      "source": {"uri": "tcp://127.0.0.1:1883"},
+      "pipelines": [
+        {"name": "a", "topic": "t/+", "key": "topic:1",
+         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+         "window": {"type": "tumbling", "size": "10s"},
+         "watermark": {"delay": "1s", "idle_timeout": "1m"},
+         "aggregates": {"n": {"fn": "count"}, "p": {"fn": "quantile", "field": "v", "q": 0.95}},
+         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
+        {"name": "b", "topic": "t/+", "key": "topic:1",
+         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+         "window": {"type": "session", "gap": "5s"},
+         "watermark": {"delay": "1s", "idle_timeout": "1m"},
+         "aggregates": {"max": {"fn": "max", "field": "v"}},
+         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
+        {"name": "c", "topic": "u/+/x", "key": "topic:1",
+         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+         "window": {"type": "hopping", "size": "20s", "advance": "5s"},
+         "watermark": {"delay": "2s", "idle_timeout": "1m"},
+         "aggregates": {"n": {"fn": "count"}},
+         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
+        {"name": "d", "topic": "#", "key": "/dev",
+         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+         "window": {"type": "tumbling", "size": "10s"},
+         "watermark": {"delay": "1s", "idle_timeout": "1m"},
+         "aggregates": {"sum": {"fn": "sum", "field": "v"}},
+         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
+        {"name": "e", "topic": "t/+", "key": ["topic:0", "topic:1"], "partition": "topic:1",
+         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
+         "window": {"type": "tumbling", "size": "10s"},
+         "watermark": {"delay": "1s", "idle_timeout": "1m", "scope": "partition"},
+         "aggregates": {"n": {"fn": "count"}},
+         "limits": {"max_keys": 1000, "max_open_windows": 10000}}]})";
+    auto c = config::parse_config(json, "/tmp");
+    INFO((c ? std::string() : config::format_errors(c.error())));
+    REQUIRE(c);
+    {
+        log::LogOptions lo;
+        lo.dir = dir.path();
+        lo.fsync = log::FsyncPolicy::never;
+        auto writer = log::LogWriter::open(lo);
+        REQUIRE(writer);
+        for (int i = 0; i < 6000; ++i) {
+            // 200 devices in a shuffled order; each goes quiet for a while now and then, so
+            // that its key is forgotten and made again; a tick and a malformed record between.
+            const int dev = (i * 7919) % 200;
+            if ((i / 1000) % 2 == 1 && dev % 3 == 0) continue;
+            const int64_t ts = t0_ms + i * 50;
+            const std::string payload = R"({"ts": )" + std::to_string(ts) + R"(, "v": )" +
+                                        std::to_string(i % 23) + R"(, "dev": "d)" +
+                                        std::to_string(dev % 50) + R"("})";
+            const std::string topic =
+                dev % 4 == 0 ? "u/" + std::to_string(dev) + "/x" : "t/" + std::to_string(dev);
+            REQUIRE((*writer)->append(log::RecordType::message, ts, topic, payload));
+            if (i % 333 == 0) REQUIRE((*writer)->append(log::RecordType::tick, ts, "$tick", ""));
+            if (i % 555 == 0) REQUIRE((*writer)->append_malformed(ts, "not json", "t/1", "{"));
+        }
+    }
+    std::vector<std::string> one_by_one;
+    {
+        auto processor = firmware::Processor::create(*c);
+        REQUIRE(processor);
+        auto reader = log::LogReader::open(dir.path());
+        REQUIRE(reader);
+        Lines sink(*c);
+        log::Record rec;
+        while ((*reader)->next(rec).value())
+            (*processor)->feed(rec, sink);
+        one_by_one = std::move(sink.lines);
+    }
+    REQUIRE(one_by_one.size() > 1000);
+    for (size_t step : {size_t{3}, size_t{100}, SIZE_MAX}) {
+        INFO("step " << step);
+        CHECK(feed_in_steps(*c, dir.path(), step) == one_by_one);
+    }
 }
