@@ -74,7 +74,7 @@ struct Processor::Impl {
     // window's quantile sketch and the partition's watermark leaf. Hints only: a wrong one (a
     // record the group does not match, a key the pipeline does not hold yet) costs a load, and
     // results never depend on them.
-    static constexpr size_t batch_records = 32;
+    static constexpr size_t batch_records = 128;
     static constexpr size_t ahead_records = 4;
     std::vector<log::Record> batch = std::vector<log::Record>(batch_records);
     std::vector<uint32_t> ahead_groups;  // groups whose key is a topic level
