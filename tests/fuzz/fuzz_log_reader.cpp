@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "adapters/log/log_reader.h"
@@ -190,13 +192,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     log::ReaderOptions reader_options;
     reader_options.buffer_bytes = 64 + in.below(4096);
     auto reader = log::LogReader::open(dir, reader_options);
+    // What next() read, one by one, and whether it stopped at an error: a batched read
+    // (next_batch) of the same files must read the same (issue 31).
+    using Read = std::tuple<uint64_t, int64_t, log::RecordType, std::string, std::string>;
+    std::vector<Read> one_by_one;
+    bool one_by_one_failed = false;
     if (reader) {
         size_t next_index = 0;  // records before this one were passed
         size_t reads = 0;
         log::Record record;
         while (true) {
             auto more = (*reader)->next(record);
+            if (!more) one_by_one_failed = true;
             if (!more || !*more) break;
+            one_by_one.emplace_back(record.offset, record.ingest_ms, record.type,
+                                    std::string(record.topic), std::string(record.payload));
             TM_FUZZ_CHECK(++reads <= 2 * written.size() + 2);
             // It must be a written record: the expected one, a later one (damage skipped), or
             // the duplicated frame again.
@@ -224,6 +234,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const uint64_t frame_end = m + 1 < written.size() ? written[m + 1].offset : end;
             TM_FUZZ_CHECK(frame_end > damaged_from);
         }
+    }
+
+    if (auto batched = log::LogReader::open(dir, reader_options); reader && batched) {
+        std::vector<log::Record> batch(1 + in.below(40));
+        std::vector<Read> got;
+        bool failed = false;
+        while (got.size() <= one_by_one.size()) {
+            auto n = (*batched)->next_batch(std::span(batch));
+            if (!n) failed = true;
+            if (!n || *n == 0) break;
+            for (size_t i = 0; i < *n; ++i)
+                got.emplace_back(batch[i].offset, batch[i].ingest_ms, batch[i].type,
+                                 std::string(batch[i].topic), std::string(batch[i].payload));
+        }
+        TM_FUZZ_CHECK(got == one_by_one);
+        TM_FUZZ_CHECK(failed == one_by_one_failed);
     }
 
     // The writer's open scan over the same damage: an error or a log it can append to.

@@ -175,39 +175,38 @@ TEST_CASE("records read ahead give the results of records fed one by one", "[log
     // different topic filters, one of two pipelines), a JSON pointer, a composite key, a
     // partition watermark; over keys created, forgotten and created again.
     TempDir dir("tm-pump");
-    const std::string json = R"({"node_id": "gw", "data_dir": "/tmp",
-      "source": {"uri": "tcp://127.0.0.1:1883"},
-      "pipelines": [
-        {"name": "a", "topic": "t/+", "key": "topic:1",
-         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
-         "window": {"type": "tumbling", "size": "10s"},
-         "watermark": {"delay": "1s", "idle_timeout": "1m"},
-         "aggregates": {"n": {"fn": "count"}, "p": {"fn": "quantile", "field": "v", "q": 0.95}},
-         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
-        {"name": "b", "topic": "t/+", "key": "topic:1",
-         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
-         "window": {"type": "session", "gap": "5s"},
-         "watermark": {"delay": "1s", "idle_timeout": "1m"},
-         "aggregates": {"max": {"fn": "max", "field": "v"}},
-         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
-        {"name": "c", "topic": "u/+/x", "key": "topic:1",
-         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
-         "window": {"type": "hopping", "size": "20s", "advance": "5s"},
-         "watermark": {"delay": "2s", "idle_timeout": "1m"},
-         "aggregates": {"n": {"fn": "count"}},
-         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
-        {"name": "d", "topic": "#", "key": "/dev",
-         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
-         "window": {"type": "tumbling", "size": "10s"},
-         "watermark": {"delay": "1s", "idle_timeout": "1m"},
-         "aggregates": {"sum": {"fn": "sum", "field": "v"}},
-         "limits": {"max_keys": 1000, "max_open_windows": 10000}},
-        {"name": "e", "topic": "t/+", "key": ["topic:0", "topic:1"], "partition": "topic:1",
-         "timestamp": {"pointer": "/ts", "format": "epoch_ms"}, "fields": {"v": "/v"},
-         "window": {"type": "tumbling", "size": "10s"},
-         "watermark": {"delay": "1s", "idle_timeout": "1m", "scope": "partition"},
-         "aggregates": {"n": {"fn": "count"}},
-         "limits": {"max_keys": 1000, "max_open_windows": 10000}}]})";
+    // One pipeline's JSON: what differs, then what all five share.
+    const auto pipeline = [](const std::string& head, const std::string& window,
+                             const std::string& watermark, const std::string& aggregates) {
+        return "{" + head + R"(, "timestamp": {"pointer": "/ts", "format": "epoch_ms"},
+            "fields": {"v": "/v"}, "window": )" +
+               window + R"(, "watermark": )" + watermark + R"(, "aggregates": )" + aggregates +
+               R"(, "limits": {"max_keys": 1000, "max_open_windows": 10000}})";
+    };
+    const std::string wm = R"({"delay": "1s", "idle_timeout": "1m"})";
+    const std::string tumbling = R"({"type": "tumbling", "size": "10s"})";
+    const std::string json =
+        R"({"node_id": "gw", "data_dir": "/tmp", "source": {"uri": "tcp://127.0.0.1:1883"},
+            "pipelines": [)" +
+        pipeline(R"("name": "a", "topic": "t/+", "key": "topic:1")", tumbling, wm,
+                 R"({"n": {"fn": "count"}, "p": {"fn": "quantile", "field": "v", "q": 0.95}})") +
+        "," +
+        pipeline(R"("name": "b", "topic": "t/+", "key": "topic:1")",
+                 R"({"type": "session", "gap": "5s"})", wm,
+                 R"({"max": {"fn": "max", "field": "v"}})") +
+        "," +
+        pipeline(R"("name": "c", "topic": "u/+/x", "key": "topic:1")",
+                 R"({"type": "hopping", "size": "20s", "advance": "5s"})",
+                 R"({"delay": "2s", "idle_timeout": "1m"})", R"({"n": {"fn": "count"}})") +
+        "," +
+        pipeline(R"("name": "d", "topic": "#", "key": "/dev")", tumbling, wm,
+                 R"({"sum": {"fn": "sum", "field": "v"}})") +
+        "," +
+        pipeline(R"("name": "e", "topic": "t/+", "key": ["topic:0", "topic:1"],
+                    "partition": "topic:1")",
+                 tumbling, R"({"delay": "1s", "idle_timeout": "1m", "scope": "partition"})",
+                 R"({"n": {"fn": "count"}})") +
+        "]}";
     auto c = config::parse_config(json, "/tmp");
     INFO((c ? std::string() : config::format_errors(c.error())));
     REQUIRE(c);
