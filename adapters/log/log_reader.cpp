@@ -232,7 +232,10 @@ Result<bool> LogReader::read_next(Record& out, uint64_t end_offset_max, bool may
         FrameStatus status = decode_frame(std::string_view(buffer_.data() + begin_, end_ - begin_),
                                           context_, position_, out, frame, info);
         if (frame_decodes(status)) {
-            if (!may_read && info.defines_topic) return false;
+            // A definition ends a batch unless it gives the id the topic it has (the writer
+            // defines every topic again after each anchor): only then does the dictionary stay.
+            if (!may_read && info.defines_topic && context_.topics.find(info.topic_id) != out.topic)
+                return false;
             out.offset = position_;
             out.next_offset = position_ + frame;
             begin_ += frame;

@@ -78,9 +78,9 @@ class LogReader {
     /// Up to out.size() records, as next() returns them one by one, whose views all stay valid
     /// until the next call to next() or next_batch(): a caller may look at the records ahead of
     /// the one it processes (issue 31). The batch ends early where next() would read the file
-    /// again or skip damage, before a frame that defines a topic (the dictionary's block may
-    /// move), and where next() returns false. Returns how many; 0 means what next() returning
-    /// false means.
+    /// again or skip damage, before a frame that gives a topic id a topic it does not have yet
+    /// (the dictionary's block may move), and where next() returns false. Returns how many; 0 means
+    /// what next() returning false means.
     Result<size_t> next_batch(std::span<Record> out, uint64_t end_offset_max = UINT64_MAX);
     /// The offset of the record the next call to next() returns.
     uint64_t position() const { return position_; }

@@ -76,7 +76,7 @@ class PipelineRun {
     void prefetch_key(uint64_t hash) const;
     void prefetch_window(std::string_view key, uint64_t hash);
     // prefetch_window's loads for the first key stored under `hash`, not compared by name and
-    // not kept for process() (Engine::prefetch_ahead_windows, for a record ahead).
+    // not kept for process() (Engine::prefetch_ahead, for a record ahead).
     void prefetch_key_window(uint64_t hash) const;
     // The round after prefetch_key_window's, once the window and partition it loads are in:
     // the window's quantile sketch and the partition's leaf of low_tree_.
@@ -479,7 +479,7 @@ TM_HOT void PipelineRun::prefetch_key_state(uint64_t hash) const {
     const KeyState* k = keys_.probe_hash(hash);
     if (!k) return;
     if (!k->units.empty()) k->units.back().state.sketches.prefetch();
-    if (k->partition && !scope_partition_) low_tree_.prefetch(k->partition->index);
+    if (k->partition) low_tree_.prefetch(k->partition->index);  // scope global only: see caller
 }
 
 // Nothing for a clock step to do but move the clock: no partition can go idle yet, none

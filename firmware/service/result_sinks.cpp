@@ -66,6 +66,9 @@ void BatchSink::take_spares(BatchSink& other) {
         other.spare_bytes_ -= bytes;
         spare_bytes_ += bytes;
     }
+    // What does not fit is freed: the two sinks together keep no more than one's bound.
+    other.spare_payloads_.clear();
+    other.spare_bytes_ = 0;
 }
 
 void BatchSink::late_report(const core::LateReport& r) {

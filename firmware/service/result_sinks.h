@@ -42,8 +42,8 @@ class BatchSink : public ProcessorSink {
     /// results: a backfill emits hundreds of thousands a second, and a payload allocated and
     /// freed for each of them interleaved with the windows' own allocations (issue 31).
     void clear_rows();
-    /// Takes the payload memory `other` kept: a backfill run's sink emits the rows the live
-    /// sink stores and clears.
+    /// Takes the payload memory `other` kept, up to this sink's bound, and frees the rest: a
+    /// backfill run's sink emits the rows the live sink stores and clears.
     void take_spares(BatchSink& other);
     /// The memory the spare payloads hold (their capacities), at most spare_bytes_max.
     size_t spare_bytes() const { return spare_bytes_; }

@@ -194,7 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto reader = log::LogReader::open(dir, reader_options);
     // What next() read, one by one, and whether it stopped at an error: a batched read
     // (next_batch) of the same files must read the same (issue 31).
-    using Read = std::tuple<uint64_t, int64_t, log::RecordType, std::string, std::string>;
+    using Read = std::tuple<uint64_t, uint64_t, int64_t, log::RecordType, std::string, std::string,
+                            std::string, bool>;
     std::vector<Read> one_by_one;
     bool one_by_one_failed = false;
     if (reader) {
@@ -205,8 +206,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             auto more = (*reader)->next(record);
             if (!more) one_by_one_failed = true;
             if (!more || !*more) break;
-            one_by_one.emplace_back(record.offset, record.ingest_ms, record.type,
-                                    std::string(record.topic), std::string(record.payload));
+            one_by_one.emplace_back(record.offset, record.next_offset, record.ingest_ms,
+                                    record.type, std::string(record.topic),
+                                    std::string(record.payload), std::string(record.reason),
+                                    record.redeliverable);
             TM_FUZZ_CHECK(++reads <= 2 * written.size() + 2);
             // It must be a written record: the expected one, a later one (damage skipped), or
             // the duplicated frame again.
@@ -237,7 +240,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
 
     if (auto batched = log::LogReader::open(dir, reader_options); reader && batched) {
-        std::vector<log::Record> batch(1 + in.below(40));
+        // Of the input's length, not drawn from it: most inputs are used up by here.
+        std::vector<log::Record> batch(1 + size % 40);
         std::vector<Read> got;
         bool failed = false;
         while (got.size() <= one_by_one.size()) {
@@ -245,8 +249,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (!n) failed = true;
             if (!n || *n == 0) break;
             for (size_t i = 0; i < *n; ++i)
-                got.emplace_back(batch[i].offset, batch[i].ingest_ms, batch[i].type,
-                                 std::string(batch[i].topic), std::string(batch[i].payload));
+                got.emplace_back(batch[i].offset, batch[i].next_offset, batch[i].ingest_ms,
+                                 batch[i].type, std::string(batch[i].topic),
+                                 std::string(batch[i].payload), std::string(batch[i].reason),
+                                 batch[i].redeliverable);
         }
         TM_FUZZ_CHECK(got == one_by_one);
         TM_FUZZ_CHECK(failed == one_by_one_failed);

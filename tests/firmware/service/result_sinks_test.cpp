@@ -202,6 +202,22 @@ TEST_CASE(
         CHECK(live.spare_bytes() == 0);
         CHECK(backfill.spare_bytes() == kept_bytes);
     }
+    // A sink at its bound takes what fits of another's, and the rest is freed: the two keep no
+    // more than one bound.
+    firmware::BatchSink full(c);
+    firmware::BatchSink other(c);
+    for (size_t i = 0; i < firmware::BatchSink::spare_bytes_max / 64 + 5; ++i)
+        full.emit(emission(static_cast<int64_t>(2'000'000 + i), double(i)));
+    for (size_t i = 0; i < 100; ++i)
+        other.emit(emission(static_cast<int64_t>(3'000'000 + i), double(i)));
+    full.clear_rows();
+    other.clear_rows();
+    REQUIRE(other.spare_bytes() > 0);
+    const size_t before = full.spare_bytes();
+    full.take_spares(other);
+    CHECK(other.spare_bytes() == 0);
+    CHECK(full.spare_bytes() >= before);
+    CHECK(full.spare_bytes() <= firmware::BatchSink::spare_bytes_max);
     // A payload larger than spare_payload_bytes_max is freed, not kept.
     firmware::BatchSink once(c);
     core::Emission big = emission(1, 1);
