@@ -46,8 +46,13 @@ class Lines : public firmware::ProcessorSink {
                              names_[e.pipeline], e, line);
         lines.push_back(std::move(line));
     }
-    void side_output(const core::SideOutput&) override {}
-    void malformed(uint32_t, const log::Record&, std::string_view) override {}
+    void side_output(const core::SideOutput& s) override {
+        lines.push_back("side " + std::to_string(s.pipeline) + " " + s.key + " " + s.reason);
+    }
+    void malformed(uint32_t pipeline, const log::Record& r, std::string_view reason) override {
+        lines.push_back("malformed " + std::to_string(pipeline) + " " + std::to_string(r.offset) +
+                        " " + std::string(reason));
+    }
     std::vector<std::string> lines;
 
   private:
@@ -173,7 +178,8 @@ TEST_CASE("records read ahead give the results of records fed one by one", "[log
     // the one it feeds (issue 31): hints that must change nothing. Against Processor::feed
     // record by record, over pipelines of every kind of key: a topic level (two groups of
     // different topic filters, one of two pipelines), a JSON pointer, a composite key, a
-    // partition watermark; over keys created, forgotten and created again.
+    // partition watermark with and without a partition of its own; over keys created, forgotten
+    // and created again; malformed records and side output included.
     TempDir dir("tm-pump");
     // One pipeline's JSON: what differs, then what all five share.
     const auto pipeline = [](const std::string& head, const std::string& window,
@@ -205,6 +211,10 @@ TEST_CASE("records read ahead give the results of records fed one by one", "[log
         pipeline(R"("name": "e", "topic": "t/+", "key": ["topic:0", "topic:1"],
                     "partition": "topic:1")",
                  tumbling, R"({"delay": "1s", "idle_timeout": "1m", "scope": "partition"})",
+                 R"({"n": {"fn": "count"}})") +
+        "," +
+        pipeline(R"("name": "f", "topic": "t/+", "key": "topic:1")", tumbling,
+                 R"({"delay": "1s", "idle_timeout": "1m", "scope": "partition"})",
                  R"({"n": {"fn": "count"}})") +
         "]}";
     auto c = config::parse_config(json, "/tmp");
