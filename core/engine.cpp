@@ -8,6 +8,7 @@
 
 #include "core/bytes.h"
 #include "core/engine/pipeline_run.h"
+#include "core/engine/prefetch.h"
 #include "core/engine/sessions.h"
 #include "core/engine/slices.h"
 

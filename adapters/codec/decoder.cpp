@@ -271,20 +271,9 @@ bool Decoder::key_is_topic_level() const noexcept {
     return key.size() == 1 && key[0].kind == KeySource::topic_level;
 }
 
-// topic_level_of's answer, by a plain scan: topics are short, and a call of memchr per level
-// cost more than the scan (this runs for every record a batch reads ahead).
 std::optional<std::string_view> Decoder::key_of_topic(std::string_view topic) const noexcept {
     TM_ASSERT(key_is_topic_level());
-    int level = impl_->spec.key[0].level;
-    size_t start = 0;
-    for (size_t i = 0; i < topic.size(); ++i) {
-        if (topic[i] != '/') continue;
-        if (level == 0) return topic.substr(start, i - start);
-        --level;
-        start = i + 1;
-    }
-    if (level == 0) return topic.substr(start);
-    return std::nullopt;
+    return topic_level_of(topic, impl_->spec.key[0].level);
 }
 
 DecodeStatus Decoder::decode(PayloadParser& parser, std::string_view topic,

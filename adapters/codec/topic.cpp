@@ -39,17 +39,19 @@ bool topic_matches(std::string_view filter, std::string_view topic) noexcept {
     }
 }
 
+// A plain scan: topics are short, and a call of memchr per level cost more than the scan (it
+// runs for every record decoded, and for every record read ahead: issue 31).
 std::optional<std::string_view> topic_level_of(std::string_view topic, int level) noexcept {
     if (level < 0) return std::nullopt;
     size_t start = 0;
-    for (int i = 0; i < level; ++i) {
-        size_t slash = topic.find('/', start);
-        if (slash == std::string_view::npos) return std::nullopt;
-        start = slash + 1;
+    for (size_t i = 0; i < topic.size(); ++i) {
+        if (topic[i] != '/') continue;
+        if (level == 0) return topic.substr(start, i - start);
+        --level;
+        start = i + 1;
     }
-    size_t end = topic.find('/', start);
-    if (end == std::string_view::npos) end = topic.size();
-    return topic.substr(start, end - start);
+    if (level == 0) return topic.substr(start);
+    return std::nullopt;
 }
 
 void append_topic_level_escaped(std::string& out, std::string_view value) {
