@@ -3,6 +3,7 @@
 #include <fstream>
 #include <thread>
 
+#include "adapters/log/crc32c.h"
 #include "adapters/log/segment_files.h"
 #include "log_test_support.h"
 
@@ -293,5 +294,122 @@ TEST_CASE("a batch read skips damage as next() does", "[log]") {
         CHECK(reader->stats().damaged_regions == one_by_one->stats().damaged_regions);
         CHECK(reader->stats().damaged_bytes == one_by_one->stats().damaged_bytes);
         CHECK(reader->stats().damaged_regions >= 1);
+    }
+}
+
+namespace {
+
+// Where a read from `from` stopped at an error: the records before it, the error, the position
+// and the damage counted there, and how many records the last call that returned any gave.
+struct StoppedAt {
+    std::vector<Owned> records;
+    std::string error;
+    uint64_t position = 0;
+    ReaderStats stats;
+    size_t last_call_records = 0;
+};
+
+// Reads with next() one by one (batch 0) or next_batch() until a call fails, checking the
+// position after every call, and that the call after the failure fails alike, not moving.
+StoppedAt read_to_error(const std::string& dir, uint64_t from, size_t batch) {
+    auto reader = LogReader::open(dir).value();
+    REQUIRE(reader->seek(from).has_value());
+    std::vector<Record> records(std::max<size_t>(batch, 1));
+    auto call = [&]() -> tidemark::Result<size_t> {
+        if (batch > 0) return reader->next_batch(std::span(records));
+        auto more = reader->next(records[0]);
+        if (!more) return std::unexpected(more.error());
+        return *more ? size_t{1} : size_t{0};
+    };
+    StoppedAt out;
+    while (true) {
+        auto got = call();
+        if (!got) {
+            out.error = got.error().message;
+            out.position = reader->position();
+            out.stats = reader->stats();
+            auto again = call();
+            REQUIRE_FALSE(again.has_value());
+            CHECK(again.error().message == out.error);
+            CHECK(again.error().code == got.error().code);
+            CHECK(reader->position() == out.position);
+            return out;
+        }
+        REQUIRE(*got > 0);  // the log must not end before the error
+        for (size_t i = 0; i < *got; ++i)
+            out.records.push_back(own(records[i]));
+        REQUIRE(reader->position() == out.records.back().next_offset);
+        out.last_call_records = *got;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a batch read stops at a record of an unknown type as next() does", "[log]") {
+    // A frame with a valid CRC and an unknown type (a newer tidemark wrote it) is an error, not
+    // damage. A batch that reaches it returns the records before it; the next call fails as
+    // next() does, at the same position, with nothing counted as damage. The frame lies in the
+    // middle of a batch, and at the first position of one.
+    TempDir tmp;
+    auto writer = open_writer(options_for(tmp.path()));
+    std::vector<Owned> expected;
+    for (size_t i = 0; i < 300; ++i)
+        expected.push_back(append(*writer, RecordType::message, static_cast<int64_t>(i),
+                                  "s/" + std::to_string(i % 5), payload_of(i, 30)));
+    writer.reset();
+    REQUIRE(list_segments(tmp.path())->size() == 1);
+    // Record 200 (a compact frame referring to its topic: 1-byte length, CRC, body) becomes
+    // type 9, its CRC made to match (seeded with the frame's offset, record.h). The segment
+    // starts at offset 0: its file positions are log offsets.
+    constexpr size_t victim = 200;
+    const Owned& bad = expected[victim];
+    const std::string path = segment_path(tmp.path(), 0);
+    std::string bytes = file_bytes(path);
+    const size_t body_bytes = static_cast<unsigned char>(bytes[bad.offset]);
+    REQUIRE(1 + 4 + body_bytes == bad.next_offset - bad.offset);
+    bytes[bad.offset + 5] = 9;
+    store_le(bytes.data() + bad.offset + 1,
+             crc32c(frame_crc_seed(bad.offset),
+                    std::string_view(bytes).substr(bad.offset + 5, body_bytes)),
+             4);
+    {
+        std::ofstream out(path, std::ios::binary | std::ios::trunc);
+        out << bytes;
+    }
+
+    for (const size_t batch : {size_t{1}, size_t{3}, size_t{16}, size_t{128}}) {
+        for (const bool at_batch_start : {false, true}) {
+            INFO("batch " << batch << (at_batch_start ? ", frame first in its batch" : ""));
+            // Records 0 to 4 define their topics, and a definition ends a batch; from record 4
+            // on every batch is full (the buffer holds the whole segment). From the log's start
+            // the frame falls inside a batch (196 records from 4 to it: no multiple of 3, 16 or
+            // 128); from record `first` it is the first of one.
+            const size_t first = at_batch_start ? 5 + (victim - 5) % batch : 0;
+            const uint64_t from = at_batch_start ? expected[first].offset : 0;
+            const StoppedAt want = read_to_error(tmp.path(), from, 0);
+            REQUIRE(want.records ==
+                    std::vector<Owned>(expected.begin() + static_cast<long>(first),
+                                       expected.begin() + static_cast<long>(victim)));
+            REQUIRE(want.position == bad.offset);
+            REQUIRE_THAT(want.error, Catch::Contains("at offset " + std::to_string(bad.offset) +
+                                                     " has an unknown type"));
+            REQUIRE(want.stats.damaged_regions == 0);
+
+            const StoppedAt got = read_to_error(tmp.path(), from, batch);
+            CHECK(got.records == want.records);
+            CHECK(got.error == want.error);
+            CHECK(got.position == want.position);
+            CHECK(got.stats.damaged_regions == want.stats.damaged_regions);
+            CHECK(got.stats.damaged_bytes == want.stats.damaged_bytes);
+            CHECK(got.stats.last_damage == want.stats.last_damage);
+            // The call that reached the frame: a full batch that ends just before it, or one cut
+            // short by it.
+            if (at_batch_start) {
+                CHECK(got.last_call_records == batch);
+            } else if (batch > 1) {
+                CHECK(got.last_call_records > 0);
+                CHECK(got.last_call_records < batch);
+            }
+        }
     }
 }
