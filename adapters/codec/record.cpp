@@ -35,43 +35,61 @@ void append_id(std::string& out, uint64_t id) {
 
 }  // namespace
 
+// Written with JsonText: a backfill encodes hundreds of thousands of these a second, and
+// appended piece by piece a third of the time went to the string's checks (issue 31).
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& e,
                    std::string& out, std::string_view version) {
     TM_ASSERT(aggregate_names.size() == e.values.size());
-    out.clear();
-    out += '{';
-    append_id(out, e.id);
-    out += ',';
-    append_origin(out, node_id, pipeline);
-    if (!version.empty()) {
-        out += ",\"version\":";
-        append_json_string(out, version);
-    }
-    out += ",\"key\":";
-    append_json_string(out, e.key);
-    out += ',';
-    append_window(out, e.start_ms, e.end_ms);
-    out += ",\"kind\":";
-    append_json_string(out, core::emission_kind_name(e.kind));
-    out += ",\"revision\":";
-    append_json_integer(out, e.revision);
-    out += ",\"closed_by\":";
-    append_json_string(out, core::closed_by_name(e.closed_by));
-    out += ",\"values\":{";
-    for (size_t i = 0; i < e.values.size(); ++i) {
-        if (i) out += ',';
-        append_json_string(out, aggregate_names[i]);
-        out += ':';
-        if (e.values[i]) {
-            append_json_number(out, *e.values[i]);
-        } else {
-            out += "null";
+    const std::string_view kind = core::emission_kind_name(e.kind);
+    const std::string_view closed_by = core::closed_by_name(e.closed_by);
+    // The literals below take 132 bytes, the id 16 and the four integers 80: 228 in all.
+    size_t bytes_max = 256 + JsonText::string_bytes_max(node_id) +
+                       JsonText::string_bytes_max(pipeline) + JsonText::string_bytes_max(version) +
+                       JsonText::string_bytes_max(e.key) + JsonText::string_bytes_max(kind) +
+                       JsonText::string_bytes_max(closed_by);
+    for (const std::string& name : aggregate_names)
+        bytes_max += JsonText::string_bytes_max(name) + 2 + JsonText::number_bytes_max;
+    JsonText::write(out, bytes_max, [&](JsonText& j) {
+        static constexpr char hex[] = "0123456789abcdef";
+        j.literal("{\"id\":\"");
+        for (int shift = 60; shift >= 0; shift -= 4)
+            j.ch(hex[(e.id >> shift) & 15]);
+        j.literal("\",\"node\":");
+        j.string(node_id);
+        j.literal(",\"pipeline\":");
+        j.string(pipeline);
+        if (!version.empty()) {
+            j.literal(",\"version\":");
+            j.string(version);
         }
-    }
-    out += "},\"watermark\":";
-    append_json_integer(out, e.watermark_ms);
-    out += '}';
+        j.literal(",\"key\":");
+        j.string(e.key);
+        j.literal(",\"window\":{\"start\":");
+        j.integer(e.start_ms);
+        j.literal(",\"end\":");
+        j.integer(e.end_ms);
+        j.literal("},\"kind\":");
+        j.string(kind);
+        j.literal(",\"revision\":");
+        j.integer(e.revision);
+        j.literal(",\"closed_by\":");
+        j.string(closed_by);
+        j.literal(",\"values\":{");
+        for (size_t i = 0; i < e.values.size(); ++i) {
+            if (i) j.ch(',');
+            j.string(aggregate_names[i]);
+            j.ch(':');
+            if (e.values[i]) {
+                j.number(*e.values[i]);
+            } else {
+                j.literal("null");
+            }
+        }
+        j.literal("},\"watermark\":");
+        j.integer(e.watermark_ms);
+        j.ch('}');
+    });
 }
 
 void encode_late_report(std::string_view node_id, std::string_view pipeline,

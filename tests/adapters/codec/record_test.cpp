@@ -74,6 +74,52 @@ TEST_CASE("values: null for no value and non-finite, integers as integers", "[co
     CHECK(parsed["values"]["f"].get<double>() == 9007199254740994.0);
 }
 
+// encode_result writes into memory sized by a bound it computes first (JsonText): its longest
+// text must fit, whether the string it replaces had room for the bound or not (ASan in CI
+// catches a write past it).
+TEST_CASE("a result at its longest fits its bound, in a string with room or without", "[codec]") {
+    core::Emission e = design_emission();
+    e.id = UINT64_MAX;
+    e.kind = core::EmissionKind::update;
+    e.revision = UINT32_MAX;
+    e.closed_by = core::ClosedBy::watermark;
+    e.start_ms = std::numeric_limits<int64_t>::min();
+    e.end_ms = std::numeric_limits<int64_t>::min();
+    e.watermark_ms = std::numeric_limits<int64_t>::min();
+    e.key = std::string(100, '\x01') + std::string(100, '\xff');  // 6 bytes out for each
+    const std::vector<std::string> controls = {std::string(50, '\x1f'), std::string(50, '\x80')};
+    e.values = {-2.2250738585072014e-308, -1.7976931348623157e308};
+    const std::string node(30, '\x02'), pipeline(30, '\xfe'), version(30, '"');
+    // The text piece by piece, as the append_* functions write it.
+    std::string expected = R"({"id":"ffffffffffffffff","node":)";
+    codec::append_json_string(expected, node);
+    expected += R"(,"pipeline":)";
+    codec::append_json_string(expected, pipeline);
+    expected += R"(,"version":)";
+    codec::append_json_string(expected, version);
+    expected += R"(,"key":)";
+    codec::append_json_string(expected, e.key);
+    expected += R"(,"window":{"start":-9223372036854775808,"end":-9223372036854775808},)"
+                R"("kind":"update","revision":4294967295,"closed_by":"watermark","values":{)";
+    codec::append_json_string(expected, controls[0]);
+    expected += ":-2.2250738585072014e-308,";
+    codec::append_json_string(expected, controls[1]);
+    expected += R"(:-1.7976931348623157e+308},"watermark":-9223372036854775808})";
+
+    std::string roomy;
+    roomy.reserve(8192);
+    codec::encode_result(node, pipeline, controls, e, roomy, version);
+    CHECK(roomy == expected);
+    CHECK(roomy.capacity() == 8192);  // written where it was, no new buffer
+    std::string tight = "x";
+    codec::encode_result(node, pipeline, controls, e, tight, version);
+    CHECK(tight == expected);
+    // A short result after a long one, into the same string.
+    codec::encode_result("gw-01", "room_temp_1m", names, design_emission(), tight);
+    CHECK(tight.starts_with(R"({"id":"9f2c61d0a4b7e853","node":"gw-01",)"));
+    CHECK(tight.ends_with(R"("watermark":1764400065000})"));
+}
+
 TEST_CASE("a JSON string: plain runs whole, escapes and UTF-8 between them", "[codec]") {
     const auto quoted = [](std::string_view s) {
         std::string out = "x";  // appended to, not replaced
