@@ -45,7 +45,6 @@ struct AppendBatch {
     uint64_t bytes_before = 0;     // the outbox's bytes before the batch
     uint64_t batch_seq_first = 0;  // the seq of the batch's first row
     AppendResult result;
-    std::string value;                  // a row's encoding, one buffer for the batch
     MDB_cursor* rows_cursor = nullptr;  // on impl.outbox: every row goes in with MDB_APPEND
 };
 
@@ -243,14 +242,16 @@ StoreResult<uint64_t> append_row(AppendBatch& b, const OutboxRow& row) {
         if (!write_row) return std::unexpected(write_row.error());
         if (!*write_row) return seq;
     }
-    encode_outbox_row(row, b.value);
     // MDB_APPEND: seqs only grow, so each row goes after the last (a smaller seq, a bug, is
     // refused with MDB_KEYEXIST). Through the batch's cursor, which compact_superseded's and
     // replace_health_row's deletes leave valid (LMDB fixes up a transaction's open cursors).
-    MDB_val k = val(key.view()), v = val(b.value);
-    if (int rc = mdb_cursor_put(b.rows_cursor, &k, &v, MDB_APPEND); rc != 0)
+    // MDB_RESERVE: the row is encoded straight into the page, not into a buffer LMDB copies.
+    const size_t row_bytes = outbox_row_bytes(row);
+    MDB_val k = val(key.view()), v{row_bytes, nullptr};
+    if (int rc = mdb_cursor_put(b.rows_cursor, &k, &v, MDB_APPEND | MDB_RESERVE); rc != 0)
         return std::unexpected(impl.error(rc, append_what));
-    b.counters.bytes += b.value.size() + row_key_bytes;
+    encode_outbox_row(row, static_cast<char*>(v.mv_data));
+    b.counters.bytes += row_bytes + row_key_bytes;
     ++b.result.appended;
     if (wkey) {
         if (auto p = impl.put(b.txn, impl.windows, *wkey, key.view(), 0, append_what); !p)
@@ -314,7 +315,7 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
                           options_,        claimed_seq_next_.load(),
                           *counters,       *generations,
                           counters->bytes, counters->seq_next,
-                          AppendResult{},  {}};
+                          AppendResult{}};
             auto ids = dedupe_ids(b, rows);
             if (!ids) return std::unexpected(ids.error());
             {
