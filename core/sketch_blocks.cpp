@@ -38,12 +38,6 @@ std::byte* SketchList::allocate_block(size_t n) {
         if (std::byte* block = pool.free[n - 1]) {
             pool.free[n - 1] = next_of(block);
             pool.bytes -= bytes;
-            // The next block of this size, to be read (its link) and written by the next
-            // allocation: a freed block is long out of the cache, and that allocation was 3 % of
-            // a backfill (issue 31). Windows open one or two records apart, time enough to load it.
-            if (const std::byte* next = pool.free[n - 1])
-                for (size_t line = 0; line < bytes; line += 64)
-                    __builtin_prefetch(next + line, 1);
             return block;
         }
     }

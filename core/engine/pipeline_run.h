@@ -150,8 +150,6 @@ class PipelineRun {
     void fire_due(Domain& d, EmissionSink& sink);
     void sort_by_key(std::vector<KeyState*>& keys);
     void fire_due_slow(Domain& d, EmissionSink& sink);
-    // fire_due_slow's hints: the windows that close for the keys ahead of due_keys_[i].
-    void prefetch_due(size_t i) const;
 
     // --- emissions (emit.cpp) ----------------------------------------------------------------
     void emit(EmissionSink& sink, const KeyState& k, int64_t start, int64_t end, EmissionKind kind,

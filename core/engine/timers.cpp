@@ -80,24 +80,6 @@ void PipelineRun::sort_by_key(std::vector<KeyState*>& keys) {
         if (keys.empty() || keys.back() != r.key) keys.push_back(r.key);
 }
 
-// A hint, no effect: what firing due_keys_[i]'s keys ahead reads (issue 31). Their oldest
-// window, the one that closes, has been out of the cache since its last event, minutes of event
-// time ago: its lines eight keys ahead, then, once they are in, its sketches four keys ahead.
-TM_HOT void PipelineRun::prefetch_due(size_t i) const {
-    constexpr size_t window_ahead = 8, sketches_ahead = 4;
-    if (i + window_ahead < due_keys_.size()) {
-        if (const KeyState& k = *due_keys_[i + window_ahead]; !k.units.empty()) {
-            const char* u = reinterpret_cast<const char*>(k.units.data());
-            __builtin_prefetch(u);
-            __builtin_prefetch(u + sizeof(Unit) - 1);
-        }
-    }
-    if (i + sketches_ahead < due_keys_.size()) {
-        if (const KeyState& k = *due_keys_[i + sketches_ahead]; !k.units.empty())
-            k.units.front().state.sketches.prefetch();
-    }
-}
-
 // Fires in (due, key) order: every key due at the earliest time, sorted by key, then the
 // next time. Firing a key only moves that key's own timer, and to a later time.
 void PipelineRun::fire_due_slow(Domain& d, EmissionSink& sink) {
@@ -118,9 +100,7 @@ void PipelineRun::fire_due_slow(Domain& d, EmissionSink& sink) {
             TM_ASSERT(k->due_ms == due && k->domain == &d);
             timer_cancel(*k);
         }
-        for (size_t i = 0; i < due_keys_.size(); ++i) {
-            prefetch_due(i);
-            KeyState* k = due_keys_[i];
+        for (KeyState* k : due_keys_) {
             const int64_t real_due = compute_due(*k);
             if (real_due > due) {  // rang early: move it to where it belongs
                 if (real_due != time_max) timer_add(*k, real_due);
