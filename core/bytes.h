@@ -12,17 +12,31 @@
 
 namespace tidemark::core::bytes {
 
+/// put_u64's, put_u32's and put_str's bytes at p (room for them): for a caller that sized its
+/// memory first (an LMDB page reserved for a row). Each returns the end of what it wrote.
+inline char* put_u64_at(char* p, uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+        p[i] = static_cast<char>(v >> (8 * i));
+    return p + 8;
+}
+inline char* put_u32_at(char* p, uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+        p[i] = static_cast<char>(v >> (8 * i));
+    return p + 4;
+}
+inline char* put_str_at(char* p, std::string_view s) {
+    p = put_u32_at(p, static_cast<uint32_t>(s.size()));
+    std::memcpy(p, s.data(), s.size());
+    return p + s.size();
+}
+
 inline void put_u64(std::string& out, uint64_t v) {
     char b[8];
-    for (int i = 0; i < 8; ++i)
-        b[i] = static_cast<char>(v >> (8 * i));
-    out.append(b, 8);
+    out.append(b, put_u64_at(b, v));
 }
 inline void put_u32(std::string& out, uint32_t v) {
     char b[4];
-    for (int i = 0; i < 4; ++i)
-        b[i] = static_cast<char>(v >> (8 * i));
-    out.append(b, 4);
+    out.append(b, put_u32_at(b, v));
 }
 inline void put_i64(std::string& out, int64_t v) {
     put_u64(out, static_cast<uint64_t>(v));

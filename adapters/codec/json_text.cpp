@@ -68,9 +68,12 @@ void write_json_string(Out& out, std::string_view s) {
     out.push('"');
 }
 
-// The text of a number into p (at least JsonText::number_bytes_max bytes); returns its end.
+// The text of a number into p (room for JsonText::integer_bytes_max bytes, number_bytes_max for
+// a double); returns its end. Either maximum is the longest text of its type: a failure is a bug.
 char* write_json_integer(char* p, int64_t value) {
-    return std::to_chars(p, p + JsonText::integer_bytes_max, value).ptr;
+    const auto r = std::to_chars(p, p + JsonText::integer_bytes_max, value);
+    TM_ASSERT(r.ec == std::errc{});
+    return r.ptr;
 }
 
 char* write_json_number(char* p, double value) {
@@ -81,7 +84,9 @@ char* write_json_number(char* p, double value) {
     constexpr double exact_integer_max = 9007199254740992.0;  // 2^53
     if (std::fabs(value) <= exact_integer_max && value == std::trunc(value))
         return write_json_integer(p, static_cast<int64_t>(value));
-    return std::to_chars(p, p + JsonText::number_bytes_max, value).ptr;
+    const auto r = std::to_chars(p, p + JsonText::number_bytes_max, value);
+    TM_ASSERT(r.ec == std::errc{});
+    return r.ptr;
 }
 
 }  // namespace

@@ -26,7 +26,12 @@ void append_json_integer(std::string& out, int64_t value);
 /// backfill's results, issue 31). The same bytes as the append_json_* functions.
 ///
 /// The caller bounds what its fill writes: string_bytes_max() for each string, integer_bytes_max
-/// and number_bytes_max for each number, and its literals' own lengths.
+/// and number_bytes_max for each number, and its literals' own lengths. The bound is checked
+/// after the writes (a bound too small is a bug, not an input's fault).
+///
+/// Memory: a string without room for the bound is written through a buffer of the thread's,
+/// which keeps the largest bound it was given (a result's: a few KiB with the names and keys
+/// that config and the engine bound).
 class JsonText {
   public:
     static constexpr size_t integer_bytes_max = 20;  // "-9223372036854775808"

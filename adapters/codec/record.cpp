@@ -35,6 +35,20 @@ void append_id(std::string& out, uint64_t id) {
 
 }  // namespace
 
+size_t result_bytes_max(std::string_view node_id, std::string_view pipeline,
+                        std::span<const std::string> aggregate_names, const core::Emission& e,
+                        std::string_view version) {
+    // The literals take 132 bytes, the id 16 and the four integers 80: 228 in all.
+    size_t bytes = 256 + JsonText::string_bytes_max(node_id) +
+                   JsonText::string_bytes_max(pipeline) + JsonText::string_bytes_max(version) +
+                   JsonText::string_bytes_max(e.key) +
+                   JsonText::string_bytes_max(core::emission_kind_name(e.kind)) +
+                   JsonText::string_bytes_max(core::closed_by_name(e.closed_by));
+    for (const std::string& name : aggregate_names)  // the name, ':' and ',', its value
+        bytes += JsonText::string_bytes_max(name) + 2 + JsonText::number_bytes_max;
+    return bytes;
+}
+
 // Written with JsonText: a backfill encodes hundreds of thousands of these a second, and
 // appended piece by piece a third of the time went to the string's checks (issue 31).
 void encode_result(std::string_view node_id, std::string_view pipeline,
@@ -43,13 +57,7 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
     TM_ASSERT(aggregate_names.size() == e.values.size());
     const std::string_view kind = core::emission_kind_name(e.kind);
     const std::string_view closed_by = core::closed_by_name(e.closed_by);
-    // The literals below take 132 bytes, the id 16 and the four integers 80: 228 in all.
-    size_t bytes_max = 256 + JsonText::string_bytes_max(node_id) +
-                       JsonText::string_bytes_max(pipeline) + JsonText::string_bytes_max(version) +
-                       JsonText::string_bytes_max(e.key) + JsonText::string_bytes_max(kind) +
-                       JsonText::string_bytes_max(closed_by);
-    for (const std::string& name : aggregate_names)
-        bytes_max += JsonText::string_bytes_max(name) + 2 + JsonText::number_bytes_max;
+    const size_t bytes_max = result_bytes_max(node_id, pipeline, aggregate_names, e, version);
     JsonText::write(out, bytes_max, [&](JsonText& j) {
         static constexpr char hex[] = "0123456789abcdef";
         j.literal("{\"id\":\"");

@@ -20,6 +20,10 @@ namespace tidemark::codec {
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& emission,
                    std::string& out, std::string_view version = {});
+/// What encode_result's text of these arguments may take at most: the memory it writes into.
+size_t result_bytes_max(std::string_view node_id, std::string_view pipeline,
+                        std::span<const std::string> aggregate_names,
+                        const core::Emission& emission, std::string_view version = {});
 
 /// Writes a window's too-late tally as one compact JSON object into `out` (replacing its
 /// contents): id (16 hex digits), node, pipeline, version (when not empty), window {start,

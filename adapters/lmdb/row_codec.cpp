@@ -72,68 +72,44 @@ std::string u64_value(uint64_t v) {
     return out;
 }
 
-// id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
-// 1 update, 2 retract: core::EmissionKind's values; 16 a version record; 17 a health record;
-// 18 a too-late tally (17 and 18 since format 8)), payload str, enqueued_ms i64 (format 2),
-// version str and flags u8 (format 7: 1 = after_retract), then for a too-late tally its since
-// i64 (format 8).
 std::string encode_outbox_row(const OutboxRow& row) {
-    std::string out;
-    encode_outbox_row(row, out);
+    std::string out(outbox_row_bytes(row), '\0');
+    encode_outbox_row(row, out.data());
     return out;
 }
-
-namespace {
-
-// Little-endian, as core::bytes writes them, into memory sized beforehand.
-char* put_le(char* p, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i)
-        p[i] = static_cast<char>(v >> (8 * i));
-    return p + bytes;
-}
-
-char* put_str_at(char* p, std::string_view s) {
-    p = put_le(p, s.size(), 4);
-    std::memcpy(p, s.data(), s.size());
-    return p + s.size();
-}
-
-}  // namespace
 
 size_t outbox_row_bytes(const OutboxRow& row) {
     return 8 + 4 + row.pipeline.size() + 4 + row.key.size() + 8 + 8 + 4 + 4 + 4 +
            row.payload.size() + 8 + 4 + row.version.size() + 1 + (row.late_record ? 8 : 0);
 }
 
-void encode_outbox_row(const OutboxRow& row, std::string& out) {
-    out.resize_and_overwrite(outbox_row_bytes(row), [&](char* p, size_t n) {
-        encode_outbox_row(row, p);
-        return n;
-    });
-}
-
+// id u64, pipeline str, key str, window start i64, end i64, revision u32, kind u32 (0 final,
+// 1 update, 2 retract: core::EmissionKind's values; 16 a version record; 17 a health record;
+// 18 a too-late tally (17 and 18 since format 8)), payload str, enqueued_ms i64 (format 2),
+// version str and flags u8 (format 7: 1 = after_retract), then for a too-late tally its since
+// i64 (format 8).
 void encode_outbox_row(const OutboxRow& row, char* out) {
     TM_ASSERT(row.pipeline.size() <= UINT32_MAX && row.key.size() <= UINT32_MAX &&
               row.payload.size() <= UINT32_MAX && row.version.size() <= UINT32_MAX);
-    char* p = put_le(out, row.id, 8);
-    p = put_str_at(p, row.pipeline);
-    p = put_str_at(p, row.key);
-    p = put_le(p, static_cast<uint64_t>(row.window_start_ms), 8);
-    p = put_le(p, static_cast<uint64_t>(row.window_end_ms), 8);
-    p = put_le(p, row.revision, 4);
+    char* p = bytes::put_u64_at(out, row.id);
+    p = bytes::put_str_at(p, row.pipeline);
+    p = bytes::put_str_at(p, row.key);
+    p = bytes::put_u64_at(p, static_cast<uint64_t>(row.window_start_ms));
+    p = bytes::put_u64_at(p, static_cast<uint64_t>(row.window_end_ms));
+    p = bytes::put_u32_at(p, row.revision);
     TM_ASSERT(int{row.version_record} + int{row.health_record} + int{row.late_record} <= 1);
     const auto kind = row.version_record  ? version_record_kind
                       : row.health_record ? health_record_kind
                       : row.late_record   ? late_record_kind
                                           : static_cast<uint32_t>(row.kind);
     TM_ASSERT(known_emission_kind(kind));  // paired with decode_outbox_row's check
-    p = put_le(p, kind, 4);
-    p = put_str_at(p, row.payload);
-    p = put_le(p, static_cast<uint64_t>(row.enqueued_ms), 8);
-    p = put_str_at(p, row.version);
+    p = bytes::put_u32_at(p, kind);
+    p = bytes::put_str_at(p, row.payload);
+    p = bytes::put_u64_at(p, static_cast<uint64_t>(row.enqueued_ms));
+    p = bytes::put_str_at(p, row.version);
     *p++ = row.after_retract ? 1 : 0;
-    if (row.late_record) p = put_le(p, static_cast<uint64_t>(row.late_since_ms), 8);
-    TM_ASSERT(p == out + outbox_row_bytes(row));
+    if (row.late_record) p = bytes::put_u64_at(p, static_cast<uint64_t>(row.late_since_ms));
+    TM_ASSERT(p == out + outbox_row_bytes(row));  // after the writes: a wrong size is a bug
 }
 
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row) {

@@ -68,10 +68,10 @@ std::string u64_value(uint64_t v);
 /// An outbox row's value (its seq is the key). Format 2 appended enqueued_ms; a row without it
 /// (format 1) decodes with enqueued_ms = 0.
 std::string encode_outbox_row(const OutboxRow& row);
-/// The same bytes into out (replaced), so that a batch reuses one buffer.
-void encode_outbox_row(const OutboxRow& row, std::string& out);
-/// The same bytes into memory of outbox_row_bytes(row) (LMDB's page, MDB_RESERVE: issue 31).
+/// The same bytes into memory of outbox_row_bytes(row): LMDB's page, reserved for the row
+/// (MDB_RESERVE), so that they are not built aside and copied (issue 31).
 void encode_outbox_row(const OutboxRow& row, char* out);
+/// The length of a row's value.
 size_t outbox_row_bytes(const OutboxRow& row);
 bool decode_outbox_row(std::string_view in, uint64_t seq, OutboxRow& row);
 

@@ -74,13 +74,13 @@ TEST_CASE("values: null for no value and non-finite, integers as integers", "[co
     CHECK(parsed["values"]["f"].get<double>() == 9007199254740994.0);
 }
 
-// encode_result writes into memory sized by a bound it computes first (JsonText): its longest
-// text must fit, whether the string it replaces had room for the bound or not (ASan in CI
-// catches a write past it).
+// encode_result writes into memory sized by a bound it computes first (JsonText, checked only
+// after the writes): its longest text must fit, and be the same whether the string it replaces
+// had room for the bound or not.
 TEST_CASE("a result at its longest fits its bound, in a string with room or without", "[codec]") {
     core::Emission e = design_emission();
     e.id = UINT64_MAX;
-    e.kind = core::EmissionKind::update;
+    e.kind = core::EmissionKind::retract;  // the longest name of each
     e.revision = UINT32_MAX;
     e.closed_by = core::ClosedBy::watermark;
     e.start_ms = std::numeric_limits<int64_t>::min();
@@ -89,7 +89,7 @@ TEST_CASE("a result at its longest fits its bound, in a string with room or with
     e.key = std::string(100, '\x01') + std::string(100, '\xff');  // 6 bytes out for each
     const std::vector<std::string> controls = {std::string(50, '\x1f'), std::string(50, '\x80')};
     e.values = {-2.2250738585072014e-308, -1.7976931348623157e308};
-    const std::string node(30, '\x02'), pipeline(30, '\xfe'), version(30, '"');
+    const std::string node(30, '\x02'), pipeline(30, '\xfe'), version(30, '\x0f');
     // The text piece by piece, as the append_* functions write it.
     std::string expected = R"({"id":"ffffffffffffffff","node":)";
     codec::append_json_string(expected, node);
@@ -100,17 +100,25 @@ TEST_CASE("a result at its longest fits its bound, in a string with room or with
     expected += R"(,"key":)";
     codec::append_json_string(expected, e.key);
     expected += R"(,"window":{"start":-9223372036854775808,"end":-9223372036854775808},)"
-                R"("kind":"update","revision":4294967295,"closed_by":"watermark","values":{)";
+                R"("kind":"retract","revision":4294967295,"closed_by":"watermark","values":{)";
     codec::append_json_string(expected, controls[0]);
     expected += ":-2.2250738585072014e-308,";
     codec::append_json_string(expected, controls[1]);
     expected += R"(:-1.7976931348623157e+308},"watermark":-9223372036854775808})";
 
+    const size_t bound = codec::result_bytes_max(node, pipeline, controls, e, version);
+    CHECK(expected.size() <= bound);
+    // Every string at its worst and every number at its longest: what is left of the bound is
+    // its own slack (256 for 228 fixed bytes, the short names' 6 bytes a byte, a revision of 10
+    // digits counted at 20, the first value's comma).
+    CHECK(bound - expected.size() == 28 + (2 + 6 * 7 - 9) + (2 + 6 * 9 - 11) + 10 + 1);
+
     std::string roomy;
-    roomy.reserve(8192);
+    roomy.reserve(bound);
+    const char* const at = roomy.data();
     codec::encode_result(node, pipeline, controls, e, roomy, version);
     CHECK(roomy == expected);
-    CHECK(roomy.capacity() == 8192);  // written where it was, no new buffer
+    CHECK(roomy.data() == at);  // written where it was, no new buffer
     std::string tight = "x";
     codec::encode_result(node, pipeline, controls, e, tight, version);
     CHECK(tight == expected);
