@@ -112,9 +112,13 @@ void JsonText::string(std::string_view s) {
     p_ = o.p;
 }
 
-void JsonText::integer(int64_t value) { p_ = write_json_integer(p_, value); }
+void JsonText::integer(int64_t value) {
+    p_ = write_json_integer(p_, value);
+}
 
-void JsonText::number(double value) { p_ = write_json_number(p_, value); }
+void JsonText::number(double value) {
+    p_ = write_json_number(p_, value);
+}
 
 void append_base64(std::string& out, std::string_view bytes) {
     static constexpr char alphabet[] =

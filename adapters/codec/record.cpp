@@ -1,5 +1,6 @@
 #include "adapters/codec/record.h"
 
+#include <array>
 #include <nlohmann/json.hpp>
 
 #include "adapters/codec/json_text.h"
@@ -25,11 +26,19 @@ void append_origin(std::string& out, std::string_view node_id, std::string_view 
     append_json_string(out, pipeline);
 }
 
-void append_id(std::string& out, uint64_t id) {
+// An id's 16 lowercase hex digits, the way every record writes it.
+std::array<char, 16> id_hex(uint64_t id) {
     static constexpr char hex[] = "0123456789abcdef";
+    std::array<char, 16> digits;
+    for (size_t i = 0; i < digits.size(); ++i)
+        digits[i] = hex[(id >> (60 - 4 * i)) & 15];
+    return digits;
+}
+
+void append_id(std::string& out, uint64_t id) {
+    const std::array<char, 16> digits = id_hex(id);
     out += "\"id\":\"";
-    for (int shift = 60; shift >= 0; shift -= 4)
-        out += hex[(id >> shift) & 15];
+    out.append(digits.data(), digits.size());
     out += '"';
 }
 
@@ -59,10 +68,9 @@ void encode_result(std::string_view node_id, std::string_view pipeline,
     const std::string_view closed_by = core::closed_by_name(e.closed_by);
     const size_t bytes_max = result_bytes_max(node_id, pipeline, aggregate_names, e, version);
     JsonText::write(out, bytes_max, [&](JsonText& j) {
-        static constexpr char hex[] = "0123456789abcdef";
+        const std::array<char, 16> id = id_hex(e.id);
         j.literal("{\"id\":\"");
-        for (int shift = 60; shift >= 0; shift -= 4)
-            j.ch(hex[(e.id >> shift) & 15]);
+        j.literal({id.data(), id.size()});
         j.literal("\",\"node\":");
         j.string(node_id);
         j.literal(",\"pipeline\":");

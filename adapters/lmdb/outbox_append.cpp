@@ -311,10 +311,8 @@ StoreResult<AppendResult> Store::outbox_append(std::span<const OutboxRow> rows) 
             if (!counters) return std::unexpected(counters.error());
             auto generations = load_id_generations(*impl_, txn);
             if (!generations) return std::unexpected(generations.error());
-            AppendBatch b{*impl_,          txn,
-                          options_,        claimed_seq_next_.load(),
-                          *counters,       *generations,
-                          counters->bytes, counters->seq_next,
+            AppendBatch b{*impl_,        txn,          options_,        claimed_seq_next_.load(),
+                          *counters,     *generations, counters->bytes, counters->seq_next,
                           AppendResult{}};
             auto ids = dedupe_ids(b, rows);
             if (!ids) return std::unexpected(ids.error());
