@@ -184,7 +184,7 @@ class SketchList {
     /// A block holds the count, then the sketches at their alignment.
     static constexpr std::align_val_t block_alignment{
         std::max(alignof(size_t), alignof(QuantileSketch))};
-    /// Freed blocks of up to this many sketches wait on a list of this thread's for the next
+    /// Freed blocks of up to this many sketches wait on a stack of this thread's for the next
     /// block of their size, pool_bytes_max of them in all (allocate_block() says why).
     static constexpr size_t pooled_sketches_max = 4;
     static constexpr size_t pool_bytes_max = size_t{2} << 20;
@@ -221,7 +221,7 @@ class SketchList {
         free_block(std::exchange(block_, nullptr), n);
     }
     // The heap block of n sketches. Blocks of up to pooled_sketches_max sketches that are freed
-    // wait on a list of this thread's (at most pool_bytes_max in all) for the next one of their
+    // wait on a stack of this thread's (at most pool_bytes_max in all) for the next one of their
     // size: a window's block is freed when it closes and one of the same size allocated when a
     // new one opens, ten thousand at once at a window boundary, and through malloc that walk
     // grew to 5-7 % of a month's backfill (issue 31).

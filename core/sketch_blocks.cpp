@@ -1,7 +1,7 @@
-// Where a SketchList's heap block comes from (core/aggregate.h): this thread's list of freed
+// Where a SketchList's heap block comes from (core/aggregate.h): this thread's stack of freed
 // blocks of its size, or the heap.
-#include <cstring>
 #include <new>
+#include <vector>
 
 #include "core/aggregate.h"
 
@@ -9,10 +9,12 @@ namespace tidemark::core {
 
 namespace {
 
-// This thread's freed sketch blocks, one list per count of sketches, linked through the word
-// that holds a live block's count.
+// This thread's freed sketch blocks, one stack of pointers per count of sketches. The pointers
+// sit in arrays of their own, not in the blocks: a block taken from the top is not read before
+// it is written (a list linked through the blocks read a freed block's first word to find the
+// next one, a load from memory the thread left long ago, once for every new window: issue 31).
 struct SketchBlockPool {
-    std::byte* free[SketchList::pooled_sketches_max] = {};
+    std::vector<std::byte*> free[SketchList::pooled_sketches_max];
     size_t bytes = 0;
 
     ~SketchBlockPool();
@@ -23,20 +25,15 @@ struct SketchBlockPool {
 thread_local bool sketch_block_pool_gone = false;
 thread_local SketchBlockPool sketch_block_pool;
 
-std::byte* next_of(std::byte* block) {
-    std::byte* next;
-    std::memcpy(&next, block, sizeof next);
-    return next;
-}
-
 }  // namespace
 
 std::byte* SketchList::allocate_block(size_t n) {
     const size_t bytes = header_bytes + n * sizeof(QuantileSketch);
     if (n <= pooled_sketches_max && !sketch_block_pool_gone) {
         SketchBlockPool& pool = sketch_block_pool;
-        if (std::byte* block = pool.free[n - 1]) {
-            pool.free[n - 1] = next_of(block);
+        if (std::vector<std::byte*>& blocks = pool.free[n - 1]; !blocks.empty()) {
+            std::byte* block = blocks.back();
+            blocks.pop_back();
             pool.bytes -= bytes;
             return block;
         }
@@ -49,10 +46,17 @@ void SketchList::free_block(std::byte* block, size_t n) {
     if (n <= pooled_sketches_max && !sketch_block_pool_gone) {
         SketchBlockPool& pool = sketch_block_pool;
         if (pool.bytes + bytes <= pool_bytes_max) {
-            std::memcpy(block, &pool.free[n - 1], sizeof(std::byte*));
-            pool.free[n - 1] = block;
-            pool.bytes += bytes;
-            return;
+            std::vector<std::byte*>& blocks = pool.free[n - 1];
+            try {
+                // Room for as many blocks as the bound allows, once: at most 8 bytes a block
+                // (110 KiB for blocks of one sketch), and no array grown by doubling.
+                if (blocks.capacity() == 0) blocks.reserve(pool_bytes_max / bytes);
+                blocks.push_back(block);
+                pool.bytes += bytes;
+                return;
+            } catch (const std::bad_alloc&) {
+                // called from destructors: without room for the pointer the block goes to the heap
+            }
         }
     }
     ::operator delete(block, block_alignment);
@@ -64,12 +68,9 @@ size_t SketchList::pooled_bytes() {
 
 SketchBlockPool::~SketchBlockPool() {
     sketch_block_pool_gone = true;
-    for (std::byte*& head : free) {
-        while (head) {
-            std::byte* next = next_of(head);
-            ::operator delete(head, SketchList::block_alignment);
-            head = next;
-        }
+    for (const std::vector<std::byte*>& blocks : free) {
+        for (std::byte* block : blocks)
+            ::operator delete(block, SketchList::block_alignment);
     }
 }
 
