@@ -185,7 +185,8 @@ class SketchList {
     static constexpr std::align_val_t block_alignment{
         std::max(alignof(size_t), alignof(QuantileSketch))};
     /// Freed blocks of up to this many sketches wait on a stack of this thread's for the next
-    /// block of their size, pool_bytes_max of them in all (allocate_block() says why).
+    /// block of their size, pool_bytes_max bytes of blocks in all, plus an array of pointers
+    /// reserved to that bound for each size (allocate_block() says why).
     static constexpr size_t pooled_sketches_max = 4;
     static constexpr size_t pool_bytes_max = size_t{2} << 20;
     /// The bytes of freed blocks this thread keeps.
@@ -226,7 +227,7 @@ class SketchList {
     // new one opens, ten thousand at once at a window boundary, and through malloc that walk
     // grew to 5-7 % of a month's backfill (issue 31).
     static std::byte* allocate_block(size_t n);
-    static void free_block(std::byte* block, size_t n);
+    static void free_block(std::byte* block, size_t n) noexcept;
 
     std::byte* block_ = nullptr;
 };

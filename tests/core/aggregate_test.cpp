@@ -379,5 +379,27 @@ TEST_CASE("a closed window's sketch block waits for the next window's, within a 
         std::vector<AggregateState> again(10'000, fresh);
         CHECK(SketchList::pooled_bytes() == one);  // set.make()'s above, of one sketch
         CHECK(again.back() == fresh);
+        // The last block freed is the first taken (the stack's top), then the one before it.
+        {
+            AggregateState a = set.make();
+            AggregateState b = set.make();
+            const void* a_block = a.sketches.begin();
+            const void* b_block = b.sketches.begin();
+            a = AggregateState{};
+            b = AggregateState{};
+            AggregateState first = set.make();
+            AggregateState second = set.make();
+            CHECK(static_cast<const void*>(first.sketches.begin()) == b_block);
+            CHECK(static_cast<const void*>(second.sketches.begin()) == a_block);
+        }
+        // Blocks of one sketch fill the pool to its bound; past it they go to the heap.
+        const AggregateState single = set.make();
+        std::vector<AggregateState> singles(20'000, single);
+        singles.clear();
+        const size_t block_bytes = one;
+        CHECK(SketchList::pooled_bytes() <= SketchList::pool_bytes_max);
+        CHECK(SketchList::pooled_bytes() + block_bytes > SketchList::pool_bytes_max);  // full
+        std::vector<AggregateState> refill(20'000, single);
+        CHECK(refill.back() == single);
     }).join();
 }
