@@ -11,9 +11,9 @@ namespace {
 
 // This thread's freed sketch blocks, one stack of pointers per count of sketches, in arrays of
 // their own: a block taken from the top is not read before it is written (docs/DECISIONS.md).
-// Each array is reserved to the bound at the first block of its size taken from the heap: one
-// pointer for each block the bound allows (13,797, 108 KiB, for blocks of one sketch; 228 KiB
-// for the four sizes), so that a free never allocates.
+// Each array is reserved to the bound at the first block of its size taken from the heap, one
+// pointer for each block the bound allows (docs/CONFIG.md counts them), so that a free never
+// allocates.
 struct SketchBlockPool {
     std::vector<std::byte*> free[SketchList::pooled_sketches_max];
     size_t bytes = 0;
