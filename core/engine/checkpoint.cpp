@@ -18,7 +18,10 @@ void PipelineRun::checkpoint(StateWriter& w) {
     pending_remembered_.clear();
     pending_full_ = !tracking_;
     if (!tracking_) {
-        // First checkpoint: everything that exists.
+        // First checkpoint: everything that exists. Objects still listed from before a failed
+        // first checkpoint (checkpoint_failed) come off the list, free ones included.
+        for (KeyState* k : dirty_keys_)
+            k->dirty = false;
         keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
         for (Partition* p : partition_list_)
             if (p) write_partition(w, *p, value);
@@ -29,9 +32,14 @@ void PipelineRun::checkpoint(StateWriter& w) {
     } else {
         for (const std::string& key : erased_)
             w.erase(key);
-        for (const std::string& name : dirty_keys_) {
-            KeyState* k = find_key(name);
-            if (k) write_key(w, *k, false, value);
+        for (KeyState* k : dirty_keys_) {
+            // A listed object whose key was removed is free (its erasure is in erased_) or
+            // holds a key created since, which is written whole as any new key is.
+            if (find_key(k->key) == k) {
+                write_key(w, *k, false, value);
+                pending_keys_.push_back(k->key);
+            }
+            k->dirty = false;
         }
         for (const uint64_t hash : dirty_remembered_)
             if (auto it = remembered_.find(hash); it != remembered_.end())
@@ -51,7 +59,6 @@ void PipelineRun::checkpoint(StateWriter& w) {
         p->dirty = false;
     }
     pending_erased_ = std::move(erased_);
-    pending_keys_ = std::move(dirty_keys_);
     erased_.clear();
     dirty_keys_.clear();
     dirty_partitions_.clear();

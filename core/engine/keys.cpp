@@ -33,7 +33,8 @@ void PipelineRun::remove_key(KeyState* k) {
     k->domain = nullptr;
     k->fired_through_ms = time_min;
     k->due_ms = time_max;
-    k->dirty = false;
+    // k->dirty stays: listed, the object stays listed until the next checkpoint walks the
+    // list, whichever key it holds by then (PipelineRun::dirty_keys_).
     k->meta_dirty = true;
     k->meta_persisted = false;
     free_keys_.push_back(k);

@@ -324,7 +324,12 @@ class PipelineRun {
     LateReport late_report_;     // reused for every report
 
     bool tracking_ = false;
-    std::vector<std::string> dirty_keys_;
+    // The key objects changed since the last checkpoint, each listed once (KeyState::dirty): a
+    // key removed while listed leaves its object listed, and a new key that reuses the object
+    // is not listed again. So the list is bounded by the key objects (keys_max, rounded up to
+    // a chunk), where a list of names grew by one for every key created between two
+    // checkpoints: a backfill creates a key for each of its windows (issue 31).
+    std::vector<KeyState*> dirty_keys_;
     std::vector<Partition*> dirty_partitions_;
     std::vector<std::string> erased_;
     // Records of the old window encoding read by the restore: the first checkpoint erases
@@ -376,7 +381,7 @@ inline void PipelineRun::mark_dirty(Partition* p) {
 inline void PipelineRun::mark_dirty(KeyState& k) {
     if (tracking_ && !k.dirty) {
         k.dirty = true;
-        dirty_keys_.push_back(k.key);
+        dirty_keys_.push_back(&k);
     }
 }
 
