@@ -18,8 +18,8 @@ void PipelineRun::checkpoint(StateWriter& w) {
     pending_remembered_.clear();
     pending_full_ = !tracking_;
     if (!tracking_) {
-        // First checkpoint: everything that exists. Objects still listed from before a failed
-        // first checkpoint (checkpoint_failed) come off the list, free ones included.
+        // First checkpoint: everything that exists. Objects listed since a first checkpoint
+        // that failed (checkpoint_failed) come off the list, free ones included.
         for (KeyState* k : dirty_keys_)
             k->dirty = false;
         keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });

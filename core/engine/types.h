@@ -131,8 +131,8 @@ struct alignas(64) KeyState {
     std::vector<Fired> fired;             // sorted by end
     int64_t fired_through_ms = time_min;  // every window ending at or before this has fired
     int64_t due_ms = time_max;            // position in domain->timers, time_max when absent
-    bool dirty = false;      // on the dirty list; stays set while the object is free (keys.cpp)
-    bool meta_dirty = true;  // fired_through, fired windows or partition changed since written
+    bool dirty = false;           // on the dirty list until the next checkpoint, even if freed
+    bool meta_dirty = true;       // fired_through, fired windows or partition changed since written
     bool meta_persisted = false;  // the store holds its meta record: see Unit::persisted
 };
 
