@@ -18,10 +18,7 @@ void PipelineRun::checkpoint(StateWriter& w) {
     pending_remembered_.clear();
     pending_full_ = !tracking_;
     if (!tracking_) {
-        // First checkpoint: everything that exists. Objects listed since a first checkpoint
-        // that failed (checkpoint_failed) come off the list, free ones included.
-        for (KeyState* k : dirty_keys_)
-            k->dirty = false;
+        // First checkpoint: everything that exists.
         keys_.for_each([&](KeyState& k) { write_key(w, k, true, value); });
         for (Partition* p : partition_list_)
             if (p) write_partition(w, *p, value);
@@ -39,7 +36,6 @@ void PipelineRun::checkpoint(StateWriter& w) {
                 write_key(w, *k, false, value);
                 pending_keys_.push_back(k->key);
             }
-            k->dirty = false;
         }
         for (const uint64_t hash : dirty_remembered_)
             if (auto it = remembered_.find(hash); it != remembered_.end())
@@ -60,6 +56,10 @@ void PipelineRun::checkpoint(StateWriter& w) {
     }
     pending_erased_ = std::move(erased_);
     erased_.clear();
+    // Every listed object comes off the list, free ones included, whichever checkpoint this is:
+    // a first checkpoint that failed leaves objects listed behind it, and the next is a full one.
+    for (KeyState* k : dirty_keys_)
+        k->dirty = false;
     dirty_keys_.clear();
     dirty_partitions_.clear();
     // The meta record (watermark, counters) changes with every record: always written. The
