@@ -89,12 +89,9 @@ const char* four_more_json = R"(,
 // Encodes each result as replay does, without the file write.
 class EncodeSink : public firmware::ProcessorSink {
   public:
-    explicit EncodeSink(const config::Config& c)
-        : config_(c), names_(firmware::aggregate_names(c)) {}
+    explicit EncodeSink(const config::Config& c) : encoders_(firmware::result_encoders(c)) {}
     void emit(const core::Emission& e) override {
-        const config::PipelineConfig& p = config_.pipelines[e.pipeline];
-        codec::encode_result(config_.node_id, p.spec.name, names_[e.pipeline], e, line_,
-                             p.spec.version);
+        encoders_[e.pipeline].encode(e, line_);
         ++results;
         bytes += line_.size();
     }
@@ -103,8 +100,7 @@ class EncodeSink : public firmware::ProcessorSink {
     uint64_t results = 0, bytes = 0, side = 0, malformed_count = 0;
 
   private:
-    const config::Config& config_;
-    std::vector<std::vector<std::string>> names_;
+    std::vector<codec::ResultEncoder> encoders_;  // by pipeline
     std::string line_;
 };
 

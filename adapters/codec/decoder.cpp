@@ -97,7 +97,10 @@ std::string_view decode_status_name(DecodeStatus status) {
 }
 
 struct Decoder::Impl {
+    explicit Impl(const DecoderSpec& s) : spec(s), filter(s.topic_filter) {}
+
     DecoderSpec spec;
+    TopicFilter filter;  // spec.topic_filter's levels
 
     // Writes the key (or partition) into `out`; on failure sets reason and returns the status.
     DecodeStatus extract(const std::vector<KeySource>& parts, std::string_view topic,
@@ -253,9 +256,8 @@ struct Decoder::Impl {
     }
 };
 
-Decoder::Decoder(const DecoderSpec& spec) : impl_(std::make_unique<Impl>()) {
+Decoder::Decoder(const DecoderSpec& spec) : impl_(std::make_unique<Impl>(spec)) {
     TM_ASSERT(!spec.key.empty());
-    impl_->spec = spec;
 }
 
 Decoder::~Decoder() = default;
@@ -263,7 +265,7 @@ Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 bool Decoder::matches(std::string_view topic) const noexcept {
-    return topic_matches(impl_->spec.topic_filter, topic);
+    return impl_->filter.matches(topic);
 }
 
 bool Decoder::key_is_topic_level() const noexcept {

@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/emission.h"
 
@@ -20,6 +21,26 @@ namespace tidemark::codec {
 void encode_result(std::string_view node_id, std::string_view pipeline,
                    std::span<const std::string> aggregate_names, const core::Emission& emission,
                    std::string& out, std::string_view version = {});
+/// encode_result for the results of one pipeline (and version): the text every one of them
+/// repeats (node, pipeline, version, the aggregate names, each kind and closed_by with the
+/// literals around them) is written once, here, and encode() writes the bytes encode_result
+/// writes for the same arguments. A backfill encodes hundreds of thousands of results a second
+/// (issue 31).
+class ResultEncoder {
+  public:
+    ResultEncoder(std::string_view node_id, std::string_view pipeline,
+                  std::span<const std::string> aggregate_names, std::string_view version = {});
+    /// Replaces `out` with the emission's record; one value per aggregate name (asserted).
+    void encode(const core::Emission& emission, std::string& out) const;
+    /// What encode() may write for this emission at most (result_bytes_max).
+    size_t bytes_max(const core::Emission& emission) const;
+
+  private:
+    std::string origin_;              // `","node":...,"pipeline":...,"version":...,"key":`
+    std::vector<std::string> names_;  // `"name":`, with a ',' before each but the first
+    size_t bytes_max_ = 0;            // result_bytes_max's sum but the key, kind and closed_by
+};
+
 /// What encode_result's text of these arguments may take at most: the memory it writes into.
 size_t result_bytes_max(std::string_view node_id, std::string_view pipeline,
                         std::span<const std::string> aggregate_names,

@@ -1,42 +1,62 @@
 #include "adapters/codec/topic.h"
 
+#include <cstring>
+
 #include "adapters/codec/utf8.h"
 
 namespace tidemark::codec {
 
-bool topic_matches(std::string_view filter, std::string_view topic) noexcept {
-    if (!topic.empty() && topic[0] == '$' && !filter.empty() &&
-        (filter[0] == '+' || filter[0] == '#')) {
-        return false;
-    }
-    // One pass over both, a level at a time (this runs per record and pipeline group).
-    const size_t filter_size = filter.size();
-    const size_t topic_size = topic.size();
-    size_t f = 0;
-    size_t t = 0;
-    while (true) {
-        const bool whole_level =
-            f + 1 == filter_size || (f + 1 < filter_size && filter[f + 1] == '/');
-        if (f < filter_size && filter[f] == '#' && whole_level) return true;
-        if (f < filter_size && filter[f] == '+' && whole_level) {
-            while (t < topic_size && topic[t] != '/')
-                ++t;
-            ++f;
+bool topic_matches(std::string_view filter, std::string_view topic) {
+    return TopicFilter(filter).matches(topic);
+}
+
+TopicFilter::TopicFilter(std::string_view filter) {
+    size_t start = 0;
+    for (;;) {
+        const size_t slash = filter.find('/', start);
+        const std::string_view text =
+            filter.substr(start, slash == std::string_view::npos ? slash : slash - start);
+        Level& level = levels_.emplace_back();
+        if (text == "+") {
+            level.kind = Kind::one_level;
+        } else if (text == "#") {
+            level.kind = Kind::rest;
         } else {
-            for (; f < filter_size && filter[f] != '/'; ++f, ++t) {
-                if (t == topic_size || topic[t] != filter[f]) return false;
-            }
-            if (t < topic_size && topic[t] != '/') return false;
+            level.text = text;
         }
-        // Both at the end of a level: '/' or the end.
-        const bool filter_done = f == filter_size;
-        const bool topic_done = t == topic_size;
-        if (filter_done) return topic_done;
-        // "a/#" matches "a": the parent level is part of the multi-level wildcard.
-        if (topic_done) return filter.substr(f + 1) == "#";
-        ++f;
-        ++t;
+        if (slash == std::string_view::npos) break;
+        start = slash + 1;
     }
+    wildcard_first_ = levels_.front().kind != Kind::literal;
+}
+
+bool TopicFilter::matches(std::string_view topic) const noexcept {
+    if (wildcard_first_ && !topic.empty() && topic[0] == '$') return false;
+    const size_t n = topic.size();
+    size_t t = 0;             // where the topic's next level begins
+    bool topic_done = false;  // its last level is matched
+    for (const Level& level : levels_) {
+        // '#' is this level and every one below, and the parent level too when it ends the
+        // filter ("a/#" matches "a").
+        if (level.kind == Kind::rest) return !topic_done || &level == &levels_.back();
+        if (topic_done) return false;
+        size_t end;
+        if (level.kind == Kind::literal) {
+            const size_t m = level.text.size();
+            if (n - t < m || std::memcmp(topic.data() + t, level.text.data(), m) != 0) return false;
+            end = t + m;
+            if (end < n && topic[end] != '/') return false;
+        } else {
+            const void* slash = std::memchr(topic.data() + t, '/', n - t);
+            end = slash ? static_cast<size_t>(static_cast<const char*>(slash) - topic.data()) : n;
+        }
+        if (end == n) {
+            topic_done = true;
+        } else {
+            t = end + 1;
+        }
+    }
+    return topic_done;
 }
 
 // A plain scan: topics are short, and a call of memchr per level cost more than the scan (it

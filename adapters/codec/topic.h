@@ -1,6 +1,7 @@
 // MQTT topic names: filter matching on the hot path, and topics built from templates.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,9 +11,26 @@ namespace tidemark::codec {
 
 /// Does `topic` match the MQTT `filter` ('+' one level, '#' this level and all below,
 /// "a/#" also matching "a")? Topics starting with '$' match no filter that starts with a
-/// wildcard (MQTT 3.1.1 section 4.7.2). Allocates nothing. The filter is assumed valid (the
-/// config checked it).
-bool topic_matches(std::string_view filter, std::string_view topic) noexcept;
+/// wildcard (MQTT 3.1.1 section 4.7.2). The filter is assumed valid (the config checked it).
+/// Reads the filter on every call: TopicFilter reads it once.
+bool topic_matches(std::string_view filter, std::string_view topic);
+
+/// An MQTT filter read once into its levels, each literal level then compared whole (a record is
+/// matched for every pipeline group: issue 31). matches() is topic_matches(filter, topic).
+class TopicFilter {
+  public:
+    explicit TopicFilter(std::string_view filter);
+    bool matches(std::string_view topic) const noexcept;
+
+  private:
+    enum class Kind : uint8_t { literal, one_level, rest };  // text, '+', '#'
+    struct Level {
+        Kind kind = Kind::literal;
+        std::string text;  // Kind::literal only
+    };
+    std::vector<Level> levels_;
+    bool wildcard_first_ = false;  // a topic beginning with '$' matches none (MQTT 4.7.2)
+};
 
 /// The `level`th level of `topic` (from 0), or nullopt when it has fewer levels.
 std::optional<std::string_view> topic_level_of(std::string_view topic, int level) noexcept;

@@ -20,12 +20,10 @@ namespace {
 class LineSink : public ProcessorSink {
   public:
     LineSink(const config::Config& config, std::ostream& out)
-        : config_(config), out_(out), names_(aggregate_names(config)) {}
+        : out_(out), encoders_(result_encoders(config)) {}
     void emit(const core::Emission& e) override {
         line_.clear();
-        codec::encode_result(config_.node_id, config_.pipelines[e.pipeline].spec.name,
-                             names_[e.pipeline], e, line_,
-                             config_.pipelines[e.pipeline].spec.version);
+        encoders_[e.pipeline].encode(e, line_);
         line_.push_back('\n');
         out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
         ++results;
@@ -35,9 +33,8 @@ class LineSink : public ProcessorSink {
     uint64_t results = 0, side = 0, malformed_count = 0;
 
   private:
-    const config::Config& config_;
     std::ostream& out_;
-    std::vector<std::vector<std::string>> names_;
+    std::vector<codec::ResultEncoder> encoders_;  // by pipeline
     std::string line_;
 };
 

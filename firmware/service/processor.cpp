@@ -30,6 +30,16 @@ std::vector<std::vector<std::string>> aggregate_names(const config::Config& conf
     return out;
 }
 
+std::vector<codec::ResultEncoder> result_encoders(const config::Config& config) {
+    const std::vector<std::vector<std::string>> names = aggregate_names(config);
+    std::vector<codec::ResultEncoder> out;
+    for (size_t i = 0; i < config.pipelines.size(); ++i) {
+        const core::PipelineSpec& spec = config.pipelines[i].spec;
+        out.emplace_back(config.node_id, spec.name, names[i], spec.version);
+    }
+    return out;
+}
+
 struct Processor::Impl {
     std::vector<codec::Decoder> decoders;
     // One parse per record, read by every pipeline that matches it (issue 31); its memory is

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "adapters/codec/record.h"
 #include "adapters/config/config.h"
 #include "adapters/log/log_reader.h"
 #include "adapters/log/record.h"
@@ -33,6 +34,8 @@ struct DecodeCounters {
 
 /// The aggregate names of each pipeline, in config order: what encode_result() labels values by.
 std::vector<std::vector<std::string>> aggregate_names(const config::Config& config);
+/// Each pipeline's result encoder (node, name, aggregate names, version), in config order.
+std::vector<codec::ResultEncoder> result_encoders(const config::Config& config);
 
 /// Which records of the log feed_until() feeds: those whose ingest time is in
 /// [from_ingest_ms, to_ingest_ms). Records before from_ingest_ms are read and passed over

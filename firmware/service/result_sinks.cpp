@@ -9,7 +9,7 @@
 namespace tidemark::firmware {
 
 BatchSink::BatchSink(const config::Config& config)
-    : config_(config), aggregate_names_(aggregate_names(config)) {}
+    : config_(config), encoders_(result_encoders(config)) {}
 
 // A row is built where it stays, in `rows` (a backfill emits hundreds of thousands a second:
 // issue 31), not built aside and moved in.
@@ -37,9 +37,7 @@ void BatchSink::emit(const core::Emission& e) {
         spare_payloads_.pop_back();
         spare_bytes_ -= row.payload.capacity();
     }
-    codec::encode_result(config_.node_id, row.pipeline, aggregate_names_[e.pipeline], e,
-                         reused ? row.payload : encoded_,
-                         config_.pipelines[e.pipeline].spec.version);
+    encoders_[e.pipeline].encode(e, reused ? row.payload : encoded_);
     if (reused) return;
     // With room for a later result a little longer (more digits), which would otherwise grow it.
     row.payload.reserve(encoded_.size() + payload_slack_bytes);

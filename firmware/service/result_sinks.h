@@ -55,7 +55,7 @@ class BatchSink : public ProcessorSink {
     void add_side(uint64_t log_offset, std::string record, std::string pipeline, std::string key);
 
     const config::Config& config_;
-    std::vector<std::vector<std::string>> aggregate_names_;
+    std::vector<codec::ResultEncoder> encoders_;  // by pipeline
     uint64_t side_offset_ = UINT64_MAX;
     uint32_t side_ordinal_ = 0;
     std::string encoded_;                      // emit()'s encoding buffer, reused

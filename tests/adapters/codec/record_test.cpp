@@ -3,8 +3,10 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "adapters/codec/json_text.h"
 
@@ -126,6 +128,69 @@ TEST_CASE("a result at its longest fits its bound, in a string with room or with
     codec::encode_result("gw-01", "room_temp_1m", names, design_emission(), tight);
     CHECK(tight.starts_with(R"({"id":"9f2c61d0a4b7e853","node":"gw-01",)"));
     CHECK(tight.ends_with(R"("watermark":1764400065000})"));
+}
+
+// A pipeline's encoder writes its node, name, version and aggregate names once, at its
+// construction; each result after that must read as if written piece by piece.
+TEST_CASE("one encoder, many results: each is the record written piece by piece", "[codec]") {
+    const std::string node = "gw \"01\"", pipeline = "p\\1m", version = "v\x01";
+    const std::vector<std::string> aggregates = {"n", "a\tb", "\xff"};
+    const codec::ResultEncoder encoder(node, pipeline, aggregates, version);
+    const codec::ResultEncoder unversioned(node, pipeline, aggregates);
+    const core::EmissionKind kinds[] = {core::EmissionKind::final_result,
+                                        core::EmissionKind::update, core::EmissionKind::retract};
+    const core::ClosedBy closes[] = {core::ClosedBy::watermark, core::ClosedBy::idle,
+                                     core::ClosedBy::late, core::ClosedBy::merge};
+    std::string out, plain;
+    int n = 0;
+    for (core::EmissionKind kind : kinds) {
+        for (core::ClosedBy closed_by : closes) {
+            core::Emission e = design_emission();
+            e.id = 0x0123456789abcdefULL * static_cast<uint64_t>(++n);
+            e.kind = kind;
+            e.closed_by = closed_by;
+            e.revision = static_cast<uint32_t>(n);
+            e.key = "dev-" + std::to_string(n) + (n % 2 ? "\"" : "");
+            e.start_ms = -n;
+            e.values = {n % 3 ? std::optional<double>(n * 0.25) : std::nullopt, 7.0, -1e-9 * n};
+            for (const bool versioned : {true, false}) {
+                char id[17];
+                std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(e.id));
+                std::string expected = std::string(R"({"id":")") + id + R"(","node":)";
+                codec::append_json_string(expected, node);
+                expected += R"(,"pipeline":)";
+                codec::append_json_string(expected, pipeline);
+                if (versioned) {
+                    expected += R"(,"version":)";
+                    codec::append_json_string(expected, version);
+                }
+                expected += R"(,"key":)";
+                codec::append_json_string(expected, e.key);
+                expected += R"(,"window":{"start":)" + std::to_string(e.start_ms) + R"(,"end":)" +
+                            std::to_string(e.end_ms) + R"(},"kind":")" +
+                            std::string(core::emission_kind_name(kind)) + R"(","revision":)" +
+                            std::to_string(e.revision) + R"(,"closed_by":")" +
+                            std::string(core::closed_by_name(closed_by)) + R"(","values":{)";
+                for (size_t i = 0; i < aggregates.size(); ++i) {
+                    if (i) expected += ',';
+                    codec::append_json_string(expected, aggregates[i]);
+                    expected += ':';
+                    if (e.values[i]) {
+                        codec::append_json_number(expected, *e.values[i]);
+                    } else {
+                        expected += "null";
+                    }
+                }
+                expected += R"(},"watermark":)" + std::to_string(e.watermark_ms) + "}";
+                INFO(expected);
+                (versioned ? encoder : unversioned).encode(e, out);
+                CHECK(out == expected);
+                codec::encode_result(node, pipeline, aggregates, e, plain,
+                                     versioned ? version : std::string());
+                CHECK(plain == expected);
+            }
+        }
+    }
 }
 
 TEST_CASE("a JSON string: plain runs whole, escapes and UTF-8 between them", "[codec]") {
