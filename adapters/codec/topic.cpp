@@ -1,6 +1,6 @@
 #include "adapters/codec/topic.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "adapters/codec/utf8.h"
 
@@ -40,15 +40,16 @@ bool TopicFilter::matches(std::string_view topic) const noexcept {
         // filter ("a/#" matches "a").
         if (level.kind == Kind::rest) return !topic_done || &level == &levels_.back();
         if (topic_done) return false;
+        // string_view's compare and find, not memcmp and memchr on topic.data(): a record's
+        // topic may be an empty view with no data at all (a null pointer).
         size_t end;
         if (level.kind == Kind::literal) {
             const size_t m = level.text.size();
-            if (n - t < m || std::memcmp(topic.data() + t, level.text.data(), m) != 0) return false;
+            if (n - t < m || topic.substr(t, m) != level.text) return false;
             end = t + m;
             if (end < n && topic[end] != '/') return false;
         } else {
-            const void* slash = std::memchr(topic.data() + t, '/', n - t);
-            end = slash ? static_cast<size_t>(static_cast<const char*>(slash) - topic.data()) : n;
+            end = std::min(topic.find('/', t), n);
         }
         if (end == n) {
             topic_done = true;
