@@ -22,6 +22,16 @@
 // seal every 1000 records: one a second of ingest time, as fsync_interval 1s makes them), and
 // the one-pipeline runs over both interleaved: replay.zstd_records_per_s and
 // replay.zstd_vs_plain (the compressed log's rate over the plain one's, same run).
+// Variants of the one-pipeline run (issue 31), alternated with it round by round:
+// replay.variant_vs_continuous_cpu, the plain runs' median CPU time over the variant's (1: the
+// variant costs nothing), and _pairs, the median of each round's own ratio.
+//   --slices READ_MS:PAUSE_MS: the loop reads for READ_MS of steady time, then sleeps
+//   PAUSE_MS, as a backfill's slices read between the live steps at max_share
+//   READ_MS / (READ_MS + PAUSE_MS), with nothing of the backfill in it (no outbox, no live
+//   steps; run a second process beside it to see what other work in the pauses adds).
+//   --scatter MB: before the run the heap gets MB of small blocks (16-255 bytes), every other
+//   one freed at random, so that the run's allocations (keys, windows) land in scattered holes,
+//   as in a process whose heap other work has used.
 #include <time.h>
 
 #include <algorithm>
@@ -32,6 +42,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "adapters/codec/record.h"
@@ -159,7 +170,10 @@ struct Run {
     uint64_t messages = 0, parses = 0;  // message records; payload parses for all pipelines
 };
 
-Run run_once(const config::Config& config, const std::string& dir) {
+// slice_ms > 0: read in slices of that many ms of steady time with pause_ms asleep between them,
+// as a backfill reads between the live steps (the clock is looked at every 64 records).
+Run run_once(const config::Config& config, const std::string& dir, int slice_ms = 0,
+             int pause_ms = 0) {
     auto processor = firmware::Processor::create(config);
     if (!processor) die(processor.error().message);
     EncodeSink sink(config);
@@ -169,7 +183,12 @@ Run run_once(const config::Config& config, const std::string& dir) {
     if (!reader) die(reader.error().message);
     log::Record rec;
     Run run;
+    auto slice_end = Clock::now() + std::chrono::milliseconds(slice_ms);
     for (;;) {
+        if (slice_ms > 0 && run.records % 64 == 0 && Clock::now() >= slice_end) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+            slice_end = Clock::now() + std::chrono::milliseconds(slice_ms);
+        }
         auto next = (*reader)->next(rec);
         if (!next) die(next.error().message);
         if (!*next) break;
@@ -192,6 +211,8 @@ int main(int argc, char** argv) {
     std::string keep_dir;
     bool one_pipeline = true, five = true, compare_zstd = false;
     int runs = 3;
+    int slice_ms = 0, pause_ms = 0;
+    long scatter_mb = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--records" && i + 1 < argc)
@@ -200,7 +221,14 @@ int main(int argc, char** argv) {
             devices = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--keep" && i + 1 < argc)
             keep_dir = argv[++i];
-        else if (a == "--compare-zstd")
+        else if (a == "--slices" && i + 1 < argc) {
+            if (std::sscanf(argv[++i], "%d:%d", &slice_ms, &pause_ms) != 2 || slice_ms <= 0 ||
+                pause_ms < 0)
+                die("--slices takes READ_MS:PAUSE_MS, e.g. 1:2");
+        } else if (a == "--scatter" && i + 1 < argc) {
+            scatter_mb = std::atol(argv[++i]);
+            if (scatter_mb <= 0) die("--scatter takes a positive number of MB");
+        } else if (a == "--compare-zstd")
             compare_zstd = true;
         else if (a == "--runs" && i + 1 < argc)
             runs = std::max(1, std::atoi(argv[++i]));
@@ -211,7 +239,7 @@ int main(int argc, char** argv) {
             five = n == "5";
         } else
             die("usage: bench_replay [--records N] [--devices D] [--keep DIR] [--pipelines 1|5] "
-                "[--runs N] [--compare-zstd]");
+                "[--runs N] [--compare-zstd] [--slices READ_MS:PAUSE_MS] [--scatter MB]");
     }
     if (records == 0 || devices == 0) die("--records and --devices must be positive");
     const std::string one = std::string(config_head) + temp_1m_json + "]}";
@@ -267,9 +295,38 @@ int main(int argc, char** argv) {
             s.last.cpu_seconds, static_cast<unsigned long long>(s.last.results),
             static_cast<unsigned long long>(s.last.malformed));
     };
-    Series one_series, five_series, zstd_series;
+    Series one_series, five_series, zstd_series, variant_series;
+    const bool variant = slice_ms > 0 || scatter_mb > 0;
+    const std::string variant_text = "slices " + std::to_string(slice_ms) + ":" +
+                                     std::to_string(pause_ms) + " ms, scatter " +
+                                     std::to_string(scatter_mb) + " MB";
+    const auto run_variant = [&](int r) {
+        // --scatter MB: the heap holds MB of small blocks, every other one freed, as a
+        // process's heap does after other work: the run's allocations fill the holes.
+        std::vector<void*> kept, freed;
+        std::mt19937_64 rng(r);
+        for (long bytes = 0; bytes < scatter_mb * 1'000'000;) {
+            const size_t n = 16 + rng() % 240;
+            (rng() % 2 ? kept : freed).push_back(std::malloc(n));
+            bytes += static_cast<long>(n);
+        }
+        for (void* p : freed)
+            std::free(p);
+        variant_series.last = run_once(*config, log_dir, slice_ms, pause_ms);
+        for (void* p : kept)
+            std::free(p);
+        variant_series.seconds.push_back(variant_series.last.seconds);
+        variant_series.cpu_seconds.push_back(variant_series.last.cpu_seconds);
+        std::printf("run %d, 1 pipeline, %s: %llu records in %.3f s (%.3f s CPU)\n", r + 1,
+                    variant_text.c_str(),
+                    static_cast<unsigned long long>(variant_series.last.records),
+                    variant_series.last.seconds, variant_series.last.cpu_seconds);
+    };
     for (int r = 0; r < runs; ++r) {
+        // The variant's runs alternate with the plain ones, first every other round.
+        if (one_pipeline && variant && r % 2 == 1) run_variant(r);
         if (one_pipeline) run_and_print(*config, "1 pipeline", r, one_series);
+        if (one_pipeline && variant && r % 2 == 0) run_variant(r);
         if (one_pipeline && compare_zstd) {
             zstd_series.last = run_once(*config, zstd_dir);
             zstd_series.seconds.push_back(zstd_series.last.seconds);
@@ -288,6 +345,20 @@ int main(int argc, char** argv) {
         std::printf("replay.records_per_cpu_s: %.0f records/s\n",
                     n / median(one_series.cpu_seconds));
         std::printf("replay.days_30_at_100_msgs_per_s_s: %.1f s\n", 30.0 * 86400 * 100 / rate);
+        if (variant) {
+            const double variant_cpu = median(variant_series.cpu_seconds);
+            std::printf("replay.variant_records_per_cpu_s: %.0f records/s (%s)\n", n / variant_cpu,
+                        variant_text.c_str());
+            std::printf("replay.variant_vs_continuous_cpu: %.3f ratio\n",
+                        median(one_series.cpu_seconds) / variant_cpu);
+            std::vector<double> own;
+            for (size_t i = 0; i < variant_series.cpu_seconds.size(); ++i)
+                own.push_back(one_series.cpu_seconds[i] / variant_series.cpu_seconds[i]);
+            std::printf(
+                "replay.variant_vs_continuous_cpu_pairs: %.3f ratio (median of the "
+                "rounds' own)\n",
+                median(own));
+        }
         if (compare_zstd) {
             if (zstd_series.last.records != one_series.last.records) die("the logs differ");
             const double zstd_rate = n / median(zstd_series.seconds);
