@@ -297,9 +297,13 @@ int main(int argc, char** argv) {
     };
     Series one_series, five_series, zstd_series, variant_series;
     const bool variant = slice_ms > 0 || scatter_mb > 0;
-    const std::string variant_text = "slices " + std::to_string(slice_ms) + ":" +
-                                     std::to_string(pause_ms) + " ms, scatter " +
-                                     std::to_string(scatter_mb) + " MB";
+    std::string variant_text;  // what the variant does, for its lines: only what was asked
+    if (slice_ms > 0)
+        variant_text =
+            "slices " + std::to_string(slice_ms) + ":" + std::to_string(pause_ms) + " ms";
+    if (scatter_mb > 0)
+        variant_text += (variant_text.empty() ? "" : ", ") + std::string("scatter ") +
+                        std::to_string(scatter_mb) + " MB";
     const auto run_variant = [&](int r) {
         // --scatter MB: the heap holds MB of small blocks, every other one freed, as a
         // process's heap does after other work: the run's allocations fill the holes.
