@@ -474,6 +474,7 @@ struct WidenScene {
     // Starts with the 2 s window, publishes the history and runs live for a few seconds.
     void start_old() {
         old_cfg = base(rig, true);
+        old_cfg["backfill"]["max_share"] = backfill_share;
         old_cfg["pipelines"] = {pipeline("p", "2s")};
         new_cfg = old_cfg;
         new_cfg["pipelines"] = {pipeline("p", "6s")};
@@ -507,6 +508,7 @@ struct WidenScene {
     std::string old_path, new_path, old_version;
     int64_t history_per_device = 0;
     int64_t history_first_ts_ms = 0;
+    double backfill_share = 0.005;  // base()'s
 };
 
 // After the switch and the stop: the checks tests 1 and 5 share. Returns the new version.
@@ -575,6 +577,11 @@ std::string check_widened(WidenScene& s, bool resends_possible) {
 TEST_CASE("reload widens a window: a new version backfills, then switches once", "[versions]") {
     Timer timer{"reload widens a window"};
     WidenScene s("reload", 4'000);
+    // The old version's 2 s windows close every 2 s (1 s after their end): the backfill must
+    // last longer than that for the old version to emit during it. At base()'s 0.5% CI read
+    // the 20000 records in about 2 s and once switched before any closed (stop 45); at 0.2%
+    // the switch came 4.1 s after the reload on the development machine, so 0.1% here.
+    s.backfill_share = 0.001;
     s.start_old();
 
     const size_t old_results_at_reload = results_of(seen(s.up), "p", s.old_version).size();
@@ -593,7 +600,10 @@ TEST_CASE("reload widens a window: a new version backfills, then switches once",
     CHECK(h["last_reload"].value("ok", false));
     CHECK(backfill_state(h, "p") == "switched");
     CHECK(saw_running);
-    wait_version_records(s.rig, s.up, "p", 2, 30s);
+    const auto records = wait_version_records(s.rig, s.up, "p", 2, 30s);
+    std::printf(
+        "versions: the widened window switched %.1f s after the reload\n",
+        static_cast<double>(records[1].json.value("switch_ms", reload_ms) - reload_ms) / 1000.0);
     check_live_until_switch(s.rig, reload_ms, s.old_version);
 
     // Results of the old version kept coming while the new one backfilled.
