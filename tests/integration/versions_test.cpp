@@ -474,7 +474,7 @@ struct WidenScene {
     // Starts with the 2 s window, publishes the history and runs live for a few seconds.
     void start_old() {
         old_cfg = base(rig, true);
-        old_cfg["backfill"]["max_share"] = backfill_share;
+        if (backfill_share) old_cfg["backfill"]["max_share"] = *backfill_share;
         old_cfg["pipelines"] = {pipeline("p", "2s")};
         new_cfg = old_cfg;
         new_cfg["pipelines"] = {pipeline("p", "6s")};
@@ -508,7 +508,7 @@ struct WidenScene {
     std::string old_path, new_path, old_version;
     int64_t history_per_device = 0;
     int64_t history_first_ts_ms = 0;
-    double backfill_share = 0.005;  // base()'s
+    std::optional<double> backfill_share;  // unset: base()'s
 };
 
 // After the switch and the stop: the checks tests 1 and 5 share. Returns the new version.
