@@ -407,6 +407,7 @@ inline void PipelineRun::raise_watermark(Domain& d, int64_t candidate) {
 TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t ingest_ms) {
     mark_dirty(p);
     p->last_ingest_ms = ingest_ms;
+    const int64_t before = candidate_of(*p);
     const bool raised = event_ms > p->max_event_ms;
     if (raised) p->max_event_ms = event_ms;
     if (p->idle) {
@@ -416,7 +417,9 @@ TM_HOT void PipelineRun::touch_partition(Partition* p, int64_t event_ms, int64_t
         if (!scope_partition_) low_set(*p, candidate_of(*p));
     } else {
         activity_.touched(p);
-        if (raised && !scope_partition_) low_set(*p, candidate_of(*p));
+        // An active partition's leaf holds its candidate (scope global): the tree is told
+        // the old value instead of reading it.
+        if (raised && !scope_partition_) low_tree_.raise(p->index, before, candidate_of(*p));
     }
 }
 
