@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine/watermark_tree.h"
+#include "core/hash.h"
 
 using tidemark::core::detail::time_max;
 using tidemark::core::detail::WatermarkTree;
@@ -30,12 +31,10 @@ struct Model {
     }
 };
 
-// splitmix64: a fixed sequence, so that a failure repeats.
+// splitmix64 (core/hash.h's finaliser over a Weyl sequence): a fixed sequence, so that a
+// failure repeats.
 uint64_t next(uint64_t& state) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return tidemark::core::hash::mix(state += 0x9E3779B97F4A7C15ull);
 }
 
 }  // namespace
